@@ -1,0 +1,253 @@
+"""Corpus model and readers for the column formats in ``../shared/datasets``.
+
+Three on-disk layouts are read by one reader (:func:`read_conll`):
+
+* CoNLL-2003: single-space separated ``token POS chunk NER`` with ``-DOCSTART-`` lines;
+* 2-column TSV ``token<TAB>tag`` (NCBI-disease, LINNAEUS, BC5CDR, BC2GM, AnatEM, WNUT-17);
+* 4-column TSV ``token<TAB>start<TAB>end<TAB>tag`` (AnEM).
+
+The token is always the first column and the tag the last; sentences are separated by blank
+lines. Tags are validated against the dataset's entity types and normalised to IOB2.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+OUTSIDE = "O"
+
+
+class CorpusFormatError(ValueError):
+    """A corpus file does not have the expected layout; the message names file and line."""
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence: ``id`` is ``"<split>:<index in file order>"``, stable across runs."""
+
+    id: str
+    tokens: tuple[str, ...]
+    tags: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class LabelSet:
+    """BIO label inventory; ``O`` is always id 0, then ``B-T``/``I-T`` per entity type.
+
+    (A plain class, not a dataclass, so Hydra passes it to ``instantiate`` untouched.)
+    """
+
+    def __init__(self, entity_types: Sequence[str]):
+        self.entity_types = tuple(entity_types)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, LabelSet) and other.entity_types == self.entity_types
+
+    def __repr__(self) -> str:
+        return f"LabelSet({list(self.entity_types)})"
+
+    @property
+    def labels(self) -> list[str]:
+        out = [OUTSIDE]
+        for t in self.entity_types:
+            out += [f"B-{t}", f"I-{t}"]
+        return out
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {label: i for i, label in enumerate(self.labels)}
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        return dict(enumerate(self.labels))
+
+    def __len__(self) -> int:
+        return 1 + 2 * len(self.entity_types)
+
+
+@dataclass
+class Corpus:
+    """Train/dev/test sentences of one dataset and its label set."""
+
+    name: str
+    train: list[Sentence]
+    dev: list[Sentence]
+    test: list[Sentence]
+    label_set: LabelSet
+    notes: list[str] = field(default_factory=list)
+
+    def split(self, name: str) -> list[Sentence]:
+        return {"train": self.train, "dev": self.dev, "test": self.test}[name]
+
+
+def split_tag(tag: str) -> tuple[str, str | None]:
+    """``"B-PER"`` -> ``("B", "PER")``; ``"O"`` -> ``("O", None)``. Types may contain ``-``."""
+    if tag == OUTSIDE:
+        return OUTSIDE, None
+    prefix, sep, etype = tag.partition("-")
+    if not sep or prefix not in ("B", "I") or not etype:
+        raise ValueError(f"not a BIO tag: {tag!r}")
+    return prefix, etype
+
+
+def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
+    """IOB1 -> IOB2: an ``I-T`` that does not continue a ``T`` entity starts one (``B-T``).
+
+    In IOB1, ``B-T`` only separates two adjacent entities of the same type; in IOB2 every
+    entity starts with ``B-``. Already-IOB2 input is returned unchanged.
+    """
+    out: list[str] = []
+    prev_type: str | None = None
+    for tag in tags:
+        prefix, etype = split_tag(tag)
+        if prefix == "I" and etype != prev_type:
+            tag = f"B-{etype}"
+        out.append(tag)
+        prev_type = etype
+    return out
+
+
+def read_conll(
+    path: str | os.PathLike,
+    delimiter: str = "\t",
+    tag_scheme: str = "iob2",
+    entity_types: Iterable[str] | None = None,
+    split: str = "train",
+) -> list[Sentence]:
+    """Read a column file (token first, tag last, blank line between sentences).
+
+    ``delimiter`` is ``"\\t"`` or ``" "``; ``-DOCSTART-`` lines are skipped. Every token line
+    must have the column count of the file's first token line. ``tag_scheme="iob1"``
+    converts to IOB2. With ``entity_types`` given, a tag of any other type is an error.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"corpus file not found: {path}. Set paths.data_dir=... (or the NER_DATA_DIR "
+            "environment variable) to the folder holding one sub-folder per dataset, or "
+            "build that layout with `python -m ner_lightning.data.hf_export`."
+        )
+    if tag_scheme not in ("iob1", "iob2"):
+        raise ValueError(f"tag_scheme must be 'iob1' or 'iob2', got {tag_scheme!r}")
+    allowed = set(entity_types) if entity_types is not None else None
+    sentences: list[Sentence] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    n_cols: int | None = None
+
+    def flush() -> None:
+        if tokens:
+            fixed = iob1_to_iob2(tags) if tag_scheme == "iob1" else list(tags)
+            sentences.append(Sentence(f"{split}:{len(sentences)}", tuple(tokens), tuple(fixed)))
+            tokens.clear()
+            tags.clear()
+
+    with path.open(encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = raw.rstrip("\n").rstrip("\r")
+            if not line.strip():
+                flush()
+                continue
+            if line.startswith("-DOCSTART-"):
+                flush()
+                continue
+            cols = line.split(delimiter)
+            where = f"{path}:{lineno}: {line!r}"
+            if n_cols is None:
+                n_cols = len(cols)
+                if n_cols < 2:
+                    raise CorpusFormatError(
+                        f"{where}: expected at least 2 columns separated by {delimiter!r} "
+                        "(token ... tag); check the dataset's `delimiter` setting"
+                    )
+            if len(cols) != n_cols:
+                raise CorpusFormatError(
+                    f"{where}: {len(cols)} columns, but this file's first token line has {n_cols}"
+                )
+            token, tag = cols[0], cols[-1]
+            if not token:
+                raise CorpusFormatError(f"{where}: empty token")
+            try:
+                _, etype = split_tag(tag)
+            except ValueError:
+                raise CorpusFormatError(
+                    f"{where}: tag {tag!r} is not O, B-<type> or I-<type>"
+                ) from None
+            if allowed is not None and etype is not None and etype not in allowed:
+                raise CorpusFormatError(
+                    f"{where}: unknown entity type {etype!r}; the dataset config lists "
+                    f"{sorted(allowed)} (add it to `entity_types` if it is genuine)"
+                )
+            tokens.append(token)
+            tags.append(tag)
+    flush()
+    if not sentences:
+        raise CorpusFormatError(f"{path}: no sentences found")
+    return sentences
+
+
+def carve_dev(
+    train: list[Sentence], fraction: float, seed: int
+) -> tuple[list[Sentence], list[Sentence]]:
+    """Split ``fraction`` of ``train`` off as dev, deterministically from ``seed``.
+
+    Used for corpora without a dev split (AnEM). Sentence ids keep their ``train:`` origin.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"dev fraction must be in (0, 1), got {fraction}")
+    rng = np.random.default_rng(seed)
+    n_dev = max(1, round(fraction * len(train)))
+    dev_idx = set(rng.permutation(len(train))[:n_dev].tolist())
+    dev = [s for i, s in enumerate(train) if i in dev_idx]
+    rest = [s for i, s in enumerate(train) if i not in dev_idx]
+    return rest, dev
+
+
+def load_corpus(
+    name: str,
+    dir: str,
+    splits: dict[str, str],
+    entity_types: Sequence[str],
+    delimiter: str = "\t",
+    tag_scheme: str = "iob2",
+    dev_from_train: dict | None = None,
+) -> Corpus:
+    """Read a dataset folder as described by ``conf/dataset/<name>.yaml``.
+
+    ``splits`` maps ``train``/``dev``/``test`` to file names; when ``dev`` is absent,
+    ``dev_from_train`` (``{fraction, seed}``) carves a dev split out of train.
+    """
+    root = Path(dir)
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"dataset folder for {name!r} not found: {root}. Set paths.data_dir=... (or "
+            "NER_DATA_DIR) to the folder that holds one sub-folder per dataset (default: "
+            "../shared/datasets next to the repository)."
+        )
+    kw = dict(delimiter=delimiter, tag_scheme=tag_scheme, entity_types=entity_types)
+    train = read_conll(root / splits["train"], split="train", **kw)
+    test = read_conll(root / splits["test"], split="test", **kw)
+    notes = []
+    if splits.get("dev"):
+        dev = read_conll(root / splits["dev"], split="dev", **kw)
+    elif dev_from_train:
+        train, dev = carve_dev(train, float(dev_from_train["fraction"]), int(dev_from_train["seed"]))
+        notes.append(
+            f"{name} has no dev split: {len(dev)} train sentences "
+            f"({dev_from_train['fraction']:.0%}, seed {dev_from_train['seed']}) serve as dev"
+        )
+    else:
+        raise ValueError(f"dataset {name!r}: no `dev` file and no `dev_from_train` setting")
+    return Corpus(name, train, dev, test, LabelSet(tuple(entity_types)), notes)
+
+
+def digest(ids: Iterable[str]) -> str:
+    """SHA-256 over sentence ids (order-sensitive): two runs share a partition iff equal."""
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()

@@ -1,0 +1,135 @@
+"""Hydra entry point: ``python -m ner_lightning.run [-m] key=value ...``.
+
+One run: build encoder -> data module (partition) -> objective family -> Trainer; fit with
+dev evaluation each epoch, test once with the best-on-dev checkpoint, write ``results.json``.
+A failing run writes ``failure.json`` (traceback included) and, in a multirun, the other
+cells still run; Hydra reports the failure when the sweep ends.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+import ner_lightning  # noqa: F401  (registers the config resolvers)
+from ner_lightning.callbacks import TokenThroughput
+from ner_lightning.results import best_epoch, write_json_atomic
+
+log = logging.getLogger("ner_lightning")
+
+
+def _instantiate_group(group: DictConfig | None) -> list:
+    if not group:
+        return []
+    return [instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
+
+
+def _overrides() -> list[str]:
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def train(cfg: DictConfig) -> dict:
+    """Run one grid cell and return its ``results.json`` content."""
+    t_start = time.perf_counter()
+    out_dir = Path(cfg.paths.output_dir)
+    pl.seed_everything(cfg.seed, workers=True)
+
+    encoder = instantiate(cfg.model)
+    datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    datamodule.setup("fit")
+    partition = datamodule.partition_record()
+    write_json_atomic(out_dir / "partition.json", partition)
+    module = instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set)
+
+    callbacks = _instantiate_group(cfg.get("callbacks"))
+    loggers = _instantiate_group(cfg.get("logger"))
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+
+    log.info("train: %d sentences (%s), dev: %d, test: %d — partition sha256 %s",
+             partition["size"], cfg.dataset.name, partition["dev_sentences"],
+             partition["test_sentences"], partition["sha256"][:12])
+    trainer.fit(module, datamodule=datamodule)
+    checkpoint = trainer.checkpoint_callback
+    ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
+    trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+
+    best = best_epoch(module.history, cfg.monitor) if module.history else None
+    throughput = next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {})
+    results = {
+        "status": "ok",
+        "overrides": _overrides(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "partition": {k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
+        "partition_file": "partition.json",
+        "dev": best["scores"] if best else None,
+        "best_epoch": best["epoch"] if best else None,
+        "monitor": cfg.monitor,
+        "test": module.scores.get("test"),
+        "epochs": trainer.current_epoch,
+        "global_steps": trainer.global_step,
+        "checkpoint": ckpt if cfg.keep_checkpoint else None,
+        "wall_time_s": round(time.perf_counter() - t_start, 2),
+        "throughput": throughput,
+    }
+    write_json_atomic(out_dir / "results.json", results)
+    if ckpt and not cfg.keep_checkpoint:
+        Path(ckpt).unlink(missing_ok=True)
+    test = results["test"]["micro"] if results["test"] else {}
+    log.info(
+        "%s | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f | %d epochs | %.0f s | %s",
+        " ".join(results["overrides"]) or "defaults", cfg.monitor,
+        best["metrics"][cfg.monitor] if best else float("nan"), results["best_epoch"],
+        test.get("f1", float("nan")), test.get("precision", float("nan")), test.get("recall", float("nan")),
+        results["test"]["macro"]["f1"] if results["test"] else float("nan"),
+        results["epochs"], results["wall_time_s"], out_dir / "results.json",
+    )
+    return results
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    out_dir = Path(cfg.paths.output_dir)
+    try:
+        results = train(cfg)
+        return results["test"]["micro"]["f1"] if results["test"] else None
+    except BaseException as err:
+        write_json_atomic(out_dir / "failure.json", {
+            "status": "failed",
+            "overrides": _overrides(),
+            "error": f"{type(err).__name__}: {err}",
+            "traceback": traceback.format_exc(),
+        })
+        log.error("run failed (%s): %s — details in %s", " ".join(_overrides()) or "defaults",
+                  err, out_dir / "failure.json")
+        raise
+    finally:
+        _finish_wandb()
+
+
+def _finish_wandb() -> None:
+    """Close the W&B run so the next cell of a multirun starts its own (template issue #289)."""
+    import sys
+
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

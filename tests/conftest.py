@@ -1,0 +1,98 @@
+"""Shared fixtures: hand-written corpora in the three on-disk layouts, and config composition."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from ner_lightning.config import CONFIG_DIR, REPO_ROOT
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Sentences written for these tests (not taken from any corpus).
+TOY_SENTENCES = [
+    [("Maria", "B-PER"), ("Lopez", "I-PER"), ("flew", "O"), ("to", "O"), ("Oslo", "B-LOC"), (".", "O")],
+    [("The", "O"), ("Quartz", "B-ORG"), ("Bakery", "I-ORG"), ("opened", "O"), ("in", "O"), ("Leeds", "B-LOC")],
+    [("Nothing", "O"), ("happened", "O"), ("today", "O"), (".", "O")],
+    [("Tomas", "B-PER"), ("met", "O"), ("Anna", "B-PER"), ("Berg", "I-PER"), ("at", "O"), ("Riverside", "B-ORG"),
+     ("Library", "I-ORG"), ("near", "O"), ("Lake", "B-LOC"), ("Geneva", "I-LOC"), (".", "O")],
+    [("Green", "B-MISC"), ("Week", "I-MISC"), ("starts", "O"), ("on", "O"), ("Monday", "O")],
+    [("He", "O"), ("sold", "O"), ("bikes", "O"), ("to", "O"), ("Nordwind", "B-ORG"), ("traders", "O")],
+    [("Paris", "B-LOC"), ("and", "O"), ("Rome", "B-LOC"), ("hosted", "O"), ("the", "O"), ("Autumn", "B-MISC"),
+     ("Games", "I-MISC")],
+    [("Li", "B-PER"), ("Wei", "I-PER"), ("wrote", "O"), ("a", "O"), ("letter", "O"), (".", "O")],
+]
+
+REAL_DATA = REPO_ROOT.parent / "shared" / "datasets"
+DATA_DIR = Path(os.environ.get("NER_DATA_DIR", REAL_DATA))
+
+
+def write_conll2003(path: Path, sentences, docstart: bool = True) -> Path:
+    lines = ["-DOCSTART- -X- -X- O", ""] if docstart else []
+    for sent in sentences:
+        lines += [f"{tok} NN I-NP {tag}" for tok, tag in sent] + [""]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_tsv(path: Path, sentences, extra_cols: int = 0) -> Path:
+    lines = []
+    for sent in sentences:
+        for i, (tok, tag) in enumerate(sent):
+            mid = [str(10 * i + k) for k in range(extra_cols)]
+            lines.append("\t".join([tok, *mid, tag]))
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def toy_data_dir(tmp_path: Path) -> Path:
+    """A data root with a `toy` dataset in CoNLL-2003 layout (train/dev/test)."""
+    d = tmp_path / "data" / "toy"
+    d.mkdir(parents=True)
+    write_conll2003(d / "train.txt", TOY_SENTENCES * 3)
+    write_conll2003(d / "dev.txt", TOY_SENTENCES[:4])
+    write_conll2003(d / "test.txt", TOY_SENTENCES[4:])
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def requires_real_data():
+    if not (DATA_DIR / "conll2003" / "train.txt").is_file():
+        pytest.skip(f"real corpora not found at {DATA_DIR} (set NER_DATA_DIR)")
+    return DATA_DIR
+
+
+def compose_config(overrides: list[str], output_dir: Path):
+    """Compose conf/config.yaml as `python -m ner_lightning.run` would, outputs in output_dir."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(output_dir)
+        cfg.hydra.job.override_dirname = ",".join(overrides)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+@pytest.fixture
+def toy_cfg(tmp_path, toy_data_dir):
+    """Config for a fast run: toy corpus, tiny encoder, CPU, CSV logger only."""
+    def make(*extra: str):
+        overrides = [
+            f"paths.data_dir={toy_data_dir}", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
+            "model=tiny", "trainer=cpu", "trainer.max_epochs=2", "logger=csv", "size=8",
+            "trainer.enable_progress_bar=false", *extra,
+        ]
+        return compose_config(overrides, tmp_path / "run")
+    return make

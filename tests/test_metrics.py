@@ -1,0 +1,32 @@
+import pytest
+
+from ner_lightning.metrics import flat_scores, span_scores
+
+
+def test_strict_span_scores_hand_worked():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-PER"]]
+    pred = [["B-PER", "I-PER", "O", "O"],      # PER right, LOC missed
+            ["I-ORG", "O", "B-LOC"]]           # I-ORG without B: not a span in strict mode; PER->LOC wrong
+    s = span_scores(gold, pred)
+    # gold spans: PER x2, LOC, ORG (4); predicted spans: PER, LOC (2); correct: 1
+    assert s["micro"]["precision"] == pytest.approx(1 / 2)
+    assert s["micro"]["recall"] == pytest.approx(1 / 4)
+    assert s["micro"]["f1"] == pytest.approx(2 * 0.5 * 0.25 / 0.75)
+    per = s["per_type"]
+    assert per["PER"] == pytest.approx({"precision": 1.0, "recall": 0.5, "f1": 2 / 3, "support": 2})
+    assert per["LOC"]["f1"] == 0.0 and per["ORG"]["f1"] == 0.0
+    assert s["macro"]["f1"] == pytest.approx((2 / 3 + 0 + 0) / 3)
+
+
+def test_boundary_errors_count_as_wrong():
+    gold = [["B-LOC", "I-LOC", "I-LOC"]]
+    assert span_scores(gold, [["B-LOC", "I-LOC", "O"]])["micro"]["f1"] == 0.0
+    assert span_scores(gold, gold)["micro"]["f1"] == 1.0
+
+
+def test_flat_names_and_misaligned_input():
+    s = span_scores([["B-PER"]], [["B-PER"]])
+    flat = flat_scores(s, "val")
+    assert flat["val/f1"] == 1.0 and flat["val/f1_macro"] == 1.0 and flat["val/f1_PER"] == 1.0
+    with pytest.raises(ValueError):
+        span_scores([["O", "O"]], [["O"]])

@@ -1,0 +1,49 @@
+import pytest
+from hydra.utils import instantiate
+
+from ner_lightning.data.corpus import Sentence
+from ner_lightning.data.sampling import sample_partition
+from tests.conftest import compose_config
+
+POOL = [Sentence(f"train:{i}", ("w",), ("O",)) for i in range(100)]
+
+
+def ids(sents):
+    return [s.id for s in sents]
+
+
+def test_partition_is_deterministic_and_depends_on_every_key():
+    base = ids(sample_partition(POOL, 20, partition=0, seed=1, dataset="d"))
+    assert base == ids(sample_partition(POOL, 20, partition=0, seed=1, dataset="d"))
+    assert len(base) == len(set(base)) == 20
+    assert base == sorted(base, key=lambda x: int(x.split(":")[1]))  # file order kept
+    for other in [dict(partition=1, seed=1, dataset="d"), dict(partition=0, seed=2, dataset="d"),
+                  dict(partition=0, seed=1, dataset="e")]:
+        assert ids(sample_partition(POOL, 20, **other)) != base
+
+
+def test_full_and_bad_sizes():
+    assert len(sample_partition(POOL, "full", 0, 1, "d")) == 100
+    assert len(sample_partition(POOL, None, 0, 1, "d")) == 100
+    with pytest.raises(ValueError, match="size=101 is larger than d/train, which has 100 sentences"):
+        sample_partition(POOL, 101, 0, 1, "d")
+    with pytest.raises(ValueError, match="positive integer"):
+        sample_partition(POOL, 0, 0, 1, "d")
+
+
+def test_partition_independent_of_loss_encoder_and_batching(toy_cfg):
+    """Same (dataset, size, partition, seed) => same sentences, whatever else changes."""
+    def train_ids(*overrides):
+        cfg = toy_cfg(*overrides)
+        encoder = instantiate(cfg.model)
+        dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+        dm.setup("fit")
+        return dm.partition_record()
+
+    a = train_ids("size=10")
+    b = train_ids("size=10", "model=minilm", "data.batch_size=3", "loss.optimizer.lr=1e-3",
+                  "data.group_by_length=true", "trainer.max_epochs=7")
+    c = train_ids("size=10", "partition=1")
+    assert a["sentence_ids"] == b["sentence_ids"] and a["sha256"] == b["sha256"]
+    assert a["sentence_ids"] != c["sentence_ids"]
+    assert len(a["sentence_ids"]) == 10

@@ -1,0 +1,55 @@
+"""The Hydra entry point as a user runs it: a real `-m` multirun in a subprocess."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ner_lightning.config import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(args, cwd, data_dir):
+    env = dict(os.environ, NER_DATA_DIR=str(data_dir), WANDB_MODE="offline", WANDB_SILENT="true",
+               HYDRA_FULL_ERROR="0")
+    return subprocess.run([sys.executable, "-m", "ner_lightning.run", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def job_dirs(cwd: Path):
+    return sorted(p.parent for p in (cwd / "multirun").glob("*/*/*/.hydra"))
+
+
+def test_two_cell_multirun_on_real_conll(requires_real_data, tmp_path):
+    proc = run_cli(["-m", "loss=ce", "size=10,20", "model=tiny", "trainer=cpu", "trainer.max_epochs=2",
+                    "data.dev_size=300"], tmp_path, requires_real_data)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dirs = job_dirs(tmp_path)
+    assert len(dirs) == 2
+    assert dirs[0].name.startswith("0_") and "size=10" in dirs[0].name.split(",")
+    assert dirs[1].name.startswith("1_") and "size=20" in dirs[1].name.split(",")
+    results = [json.loads((d / "results.json").read_text()) for d in dirs]
+    assert [r["partition"]["size"] for r in results] == [10, 20]
+    for r in results:
+        assert r["config"]["dataset"]["name"] == "conll2003"
+        assert r["test"]["micro"]["support"] == 5648  # every gold mention of CoNLL-2003 test
+        assert r["dev"]["micro"]["support"] > 0 and r["epochs"] == 2
+    # one W&B group for the sweep, one offline run per cell, each finished
+    groups = {r["config"]["group"] for r in results}
+    assert len(groups) == 1
+    for d in dirs:
+        assert list((d / "wandb").glob("offline-run-*")), f"no offline W&B run in {d}"
+    assert "test F1" in proc.stderr + proc.stdout
+
+
+def test_failing_cell_does_not_take_the_others_down(requires_real_data, tmp_path):
+    proc = run_cli(["-m", "size=99999,10", "model=tiny", "trainer=cpu", "trainer.max_epochs=1",
+                    "logger=csv", "data.dev_size=100"], tmp_path, requires_real_data)
+    assert proc.returncode != 0
+    bad, good = job_dirs(tmp_path)
+    failure = json.loads((bad / "failure.json").read_text())
+    assert "size=99999 is larger than conll2003/train" in failure["error"]
+    assert json.loads((good / "results.json").read_text())["status"] == "ok"

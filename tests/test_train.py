@@ -1,0 +1,64 @@
+"""In-process runs of ner_lightning.run.train on the hand-written toy corpus."""
+import json
+
+import pytest
+from hydra.utils import instantiate
+
+from ner_lightning.models.encoder import EncoderLoadError, TransformerEncoder
+from ner_lightning.run import train
+
+
+def test_fast_dev_run(toy_cfg):
+    cfg = toy_cfg("+trainer.fast_dev_run=true", "callbacks=none")
+    results = train(cfg)
+    assert results["status"] == "ok" and results["test"]["micro"]["support"] > 0
+
+
+def test_run_writes_results_and_partition(toy_cfg, tmp_path):
+    cfg = toy_cfg("trainer.max_epochs=3")
+    results = train(cfg)
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert on_disk["test"] == results["test"]
+    for key in ("config", "partition", "dev", "test", "epochs", "wall_time_s", "throughput", "best_epoch"):
+        assert key in on_disk
+    assert on_disk["epochs"] == 3 and on_disk["best_epoch"] in (0, 1, 2)
+    assert set(on_disk["test"]["per_type"]) <= {"LOC", "MISC", "ORG", "PER"}
+    assert on_disk["throughput"]["train_tokens_per_s"] > 0 and on_disk["throughput"]["eval_tokens"] > 0
+    partition = json.loads((tmp_path / "run" / "partition.json").read_text())
+    assert len(partition["sentence_ids"]) == 8 and partition["sha256"] == on_disk["partition"]["sha256"]
+    assert not (tmp_path / "run" / "checkpoints" / "best.ckpt").exists()  # keep_checkpoint=false
+    assert (tmp_path / "run" / "csv" / "metrics.csv").is_file()
+
+
+def test_same_config_and_seed_give_same_metrics(toy_cfg):
+    a = train(toy_cfg("trainer.max_epochs=2"))
+    b = train(toy_cfg("trainer.max_epochs=2"))
+    assert a["test"] == b["test"] and a["dev"] == b["dev"]
+
+
+def test_learns_the_toy_corpus(toy_cfg):
+    """A tiny encoder fits 24 toy sentences well enough to find entities in test."""
+    cfg = toy_cfg("size=full", "trainer.max_epochs=20", "loss.optimizer.lr=5e-3",
+                  "callbacks.early_stopping.patience=20", "data.batch_size=4")
+    results = train(cfg)
+    assert results["dev"]["micro"]["f1"] > 0.5
+
+
+def test_size_larger_than_corpus_is_an_error(toy_cfg):
+    with pytest.raises(ValueError, match="size=1000 is larger than toy/train, which has 24 sentences"):
+        train(toy_cfg("size=1000"))
+
+
+def test_missing_encoder_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(EncoderLoadError, match="folder not found: .*no_such_model"):
+        TransformerEncoder(str(tmp_path / "no_such_model"))
+
+
+def test_tiny_encoder_word_states_pick_first_subtokens(toy_cfg):
+    import torch
+
+    encoder = instantiate(toy_cfg().model)
+    hidden = torch.arange(2 * 5 * 3, dtype=torch.float).view(2, 5, 3)
+    starts = torch.tensor([[1, 3], [2, 4]])
+    out = encoder.word_states(hidden, starts)
+    assert torch.equal(out[0, 1], hidden[0, 3]) and torch.equal(out[1, 0], hidden[1, 2])
