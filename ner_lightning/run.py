@@ -61,10 +61,13 @@ def train(cfg: DictConfig) -> dict:
     log.info("train: %d sentences (%s), dev: %d, test: %d — partition sha256 %s",
              partition["size"], cfg.dataset.name, partition["dev_sentences"],
              partition["test_sentences"], partition["sha256"][:12])
+    t_fit = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     checkpoint = trainer.checkpoint_callback
     ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
+    t_test = time.perf_counter()
     trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+    t_end = time.perf_counter()
 
     best = best_epoch(module.history, cfg.monitor) if module.history else None
     throughput = next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {})
@@ -82,6 +85,8 @@ def train(cfg: DictConfig) -> dict:
         "global_steps": trainer.global_step,
         "checkpoint": ckpt if cfg.keep_checkpoint else None,
         "wall_time_s": round(time.perf_counter() - t_start, 2),
+        "phase_s": {"setup": round(t_fit - t_start, 2), "fit": round(t_test - t_fit, 2),
+                    "test": round(t_end - t_test, 2)},
         "throughput": throughput,
     }
     write_json_atomic(out_dir / "results.json", results)

@@ -91,7 +91,7 @@ def toy_cfg(tmp_path, toy_data_dir):
     def make(*extra: str):
         overrides = [
             f"paths.data_dir={toy_data_dir}", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
-            "model=tiny", "trainer=cpu", "trainer.max_epochs=2", "logger=csv", "size=8",
+            "model=tiny", "trainer=cpu", "trainer.max_epochs=2", "trainer.min_epochs=1", "logger=csv", "size=8",
             "trainer.enable_progress_bar=false", *extra,
         ]
         return compose_config(overrides, tmp_path / "run")

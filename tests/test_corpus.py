@@ -94,3 +94,14 @@ def test_carve_dev_is_deterministic_and_disjoint(tmp_path):
     assert not {s.id for s in dev1} & {s.id for s in rest1}
     assert len(rest1) + len(dev1) == len(train)
     assert [s.id for s in carve_dev(train, 0.1, seed=14)[1]] != [s.id for s in dev1]
+
+
+def test_hf_export_writes_a_layout_the_reader_accepts(tmp_path):
+    from ner_lightning.data.hf_export import write_split
+
+    names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    rows = [{"tokens": ["Ann", "Lee", "visits", "Oslo"], "ner_tags": [1, 2, 0, 3]}, {"tokens": [], "ner_tags": []}]
+    p = tmp_path / "train.txt"
+    assert write_split(rows, names, p, delimiter=" ") == 1
+    (s,) = read_conll(p, delimiter=" ", entity_types=["PER", "LOC"])
+    assert s.tokens == ("Ann", "Lee", "visits", "Oslo") and s.tags == ("B-PER", "I-PER", "O", "B-LOC")

@@ -24,7 +24,7 @@ def job_dirs(cwd: Path):
 
 
 def test_two_cell_multirun_on_real_conll(requires_real_data, tmp_path):
-    proc = run_cli(["-m", "loss=ce", "size=10,20", "model=tiny", "trainer=cpu", "trainer.max_epochs=2",
+    proc = run_cli(["-m", "loss=ce", "size=10,20", "model=tiny", "trainer=cpu", "trainer.max_epochs=2", "trainer.min_epochs=1",
                     "data.dev_size=300"], tmp_path, requires_real_data)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dirs = job_dirs(tmp_path)
@@ -46,7 +46,7 @@ def test_two_cell_multirun_on_real_conll(requires_real_data, tmp_path):
 
 
 def test_failing_cell_does_not_take_the_others_down(requires_real_data, tmp_path):
-    proc = run_cli(["-m", "size=99999,10", "model=tiny", "trainer=cpu", "trainer.max_epochs=1",
+    proc = run_cli(["-m", "size=99999,10", "model=tiny", "trainer=cpu", "trainer.max_epochs=1", "trainer.min_epochs=1",
                     "logger=csv", "data.dev_size=100"], tmp_path, requires_real_data)
     assert proc.returncode != 0
     bad, good = job_dirs(tmp_path)

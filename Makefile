@@ -1,0 +1,42 @@
+# ner_lightning — set-up, runs and tests. `make help` lists the targets.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch (an unpinned torch pulls a CUDA build of several GB).
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: help install run sweep test test-fast bench clean
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	# libauc's wheel declares torchvision, torch_geometric, ogb ... that its losses and
+	# optimizers never import: install it alone and check that what we use imports.
+	$(BIN)/python -m pip install -q --no-deps "libauc==2.0.1"
+	$(BIN)/python -c "from libauc.losses import AUCMLoss, CompositionalAUCLoss; from libauc.optimizers import PESG, PDSCA"
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install everything (minutes)
+
+run: install  ## the default job: CE, MiniLM, real CoNLL-2003, size 50, partition 0
+	$(BIN)/python -m ner_lightning.run
+
+sweep: install  ## the 2-cell example grid: loss=ce x size=20,50
+	$(BIN)/python -m ner_lightning.run -m loss=ce size=20,50
+
+test: install  ## the whole test suite (incl. the slow multirun tests)
+	$(BIN)/python -m pytest -q
+
+test-fast: install  ## tests without the subprocess multiruns
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: install  ## framework vs plain transformers loop, one CE cell (see docs/benchmarks.md)
+	$(BIN)/python benchmarks/bench_ce.py
+
+clean:  ## remove run outputs (keeps .venv)
+	find multirun -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
