@@ -77,6 +77,7 @@ def train(cfg: DictConfig) -> dict:
         "config": OmegaConf.to_container(cfg, resolve=True),
         "partition": {k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
         "partition_file": "partition.json",
+        "training_set": {k: partition["training_set"][k] for k in ("regime", "before", "after", "sha256")},
         "dev": best["scores"] if best else None,
         "best_epoch": best["epoch"] if best else None,
         "monitor": cfg.monitor,

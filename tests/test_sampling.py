@@ -47,3 +47,35 @@ def test_partition_independent_of_loss_encoder_and_batching(toy_cfg):
     assert a["sentence_ids"] == b["sentence_ids"] and a["sha256"] == b["sha256"]
     assert a["sentence_ids"] != c["sentence_ids"]
     assert len(a["sentence_ids"]) == 10
+
+
+@pytest.mark.parametrize("regime", [
+    ["data.resample=sCR"], ["data.resample=nsCRD", "data.resample_variant=released"], ["data.undersample=3"],
+    ["data.augment.methods=[lwtr,mr,sis]"], ["data.entity_types=[PER]", "data.resample=sC"],
+    ["data.imbalance.entity_share=0.3", "data.imbalance.tolerance=0.1"],
+])
+def test_regime_training_set_independent_of_loss_and_encoder(toy_cfg, regime):
+    def record(*overrides):
+        cfg = toy_cfg("size=12", *regime, *overrides)
+        encoder = instantiate(cfg.model)
+        dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+        dm.setup("fit")
+        return dm, dm.partition_record()
+
+    dm, a = record()
+    _, b = record("model=minilm", "loss.optimizer.lr=1e-3", "data.batch_size=2")
+    assert a["training_set"]["sha256"] == b["training_set"]["sha256"]
+    assert a["training_set"]["multiplicities"] == b["training_set"]["multiplicities"]
+    assert sum(a["training_set"]["multiplicities"].values()) == a["training_set"]["after"]["sentences"]
+    assert a["training_set"]["before"]["sentences"] == 12
+    if "data.entity_types=[PER]" in regime:
+        assert dm.label_set.labels == ["O", "B-PER", "I-PER"]
+        assert set(a["training_set"]["after"]["type_tokens"]) <= {"PER"}
+        assert all(t in ("O", "B-PER", "I-PER") for s in dm.sentences["test"] for t in s.tags)
+
+
+def test_unknown_projection_type_is_an_error(toy_cfg):
+    cfg = toy_cfg("data.entity_types=[GPE]")
+    encoder = instantiate(cfg.model)
+    with pytest.raises(ValueError, match=r"data.entity_types: \['GPE'\] not in toy"):
+        instantiate(cfg.data, tokenizer=encoder.tokenizer)

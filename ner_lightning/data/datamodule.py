@@ -10,7 +10,10 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from ner_lightning.data.alignment import Feature, SubwordAligner, collate_features
-from ner_lightning.data.corpus import Corpus, Sentence, digest
+from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
+from ner_lightning.data.regimes import (
+    augment, balanced_undersample, imbalance_sample, project_entity_types, resample, training_set_stats,
+)
 from ner_lightning.data.sampling import partition_rng, sample_partition
 
 
@@ -45,8 +48,11 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 class LowResourceDataModule(pl.LightningDataModule):
     """Train on ``size`` sentences drawn by (dataset, size, partition, seed); dev and test full.
 
-    Dev can be subsampled to ``dev_size`` sentences (low-resource realism). Evaluation batches
-    are sorted by length (results unchanged, far less padding).
+    Regimes, applied in this order to the training set only (``ner_lightning.data.regimes``):
+    partition or imbalance sample (``imbalance.entity_share``) -> entity-type projection
+    (``entity_types``, also applied to dev and test) -> ``resample`` -> ``undersample`` ->
+    ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism).
+    Evaluation batches are sorted by length (results unchanged, far less padding).
     """
 
     def __init__(
@@ -62,6 +68,12 @@ class LowResourceDataModule(pl.LightningDataModule):
         dev_size: int | None,
         group_by_length: bool,
         num_workers: int,
+        imbalance: dict | None = None,
+        entity_types: list[str] | None = None,
+        resample: str = "none",
+        resample_variant: str = "paper",
+        undersample: float | None = None,
+        augment: dict | None = None,
     ):
         super().__init__()
         self.corpus = corpus
@@ -71,7 +83,18 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.dev_size = dev_size
         self.group_by_length = group_by_length
         self.num_workers = num_workers
+        self.imbalance = dict(imbalance or {})
+        self.entity_types = list(entity_types) if entity_types else None
+        self.resample, self.resample_variant = resample or "none", resample_variant
+        self.undersample = undersample
+        self.augment = dict(augment or {})
         self.label_set = corpus.label_set
+        if self.entity_types:
+            unknown = set(self.entity_types) - set(corpus.label_set.entity_types)
+            if unknown:
+                raise ValueError(f"data.entity_types: {sorted(unknown)} not in {corpus.name}'s types "
+                                 f"{list(corpus.label_set.entity_types)}")
+            self.label_set = LabelSet([t for t in corpus.label_set.entity_types if t in self.entity_types])
         self.aligner = SubwordAligner(tokenizer, max_length)
         self.sentences: dict[str, list[Sentence]] = {}
         self.features: dict[str, list[Feature]] = {}
@@ -81,19 +104,50 @@ class LowResourceDataModule(pl.LightningDataModule):
         if self.sentences:
             return
         c = self.corpus
-        self.sentences["train"] = sample_partition(c.train, self.size, self.partition, self.seed, c.name)
-        self.sentences["dev"] = sample_partition(c.dev, self.dev_size, 0, self.seed, c.name, split="dev")
-        self.sentences["test"] = c.test
+        partition = self._select_partition()
+        dev = sample_partition(c.dev, self.dev_size, 0, self.seed, c.name, split="dev")
+        test = c.test
+        if self.entity_types:
+            partition, dev, test = (project_entity_types(x, self.entity_types) for x in (partition, dev, test))
+        self.partition_sentences = partition
+        self.sentences = {"train": self._transform(partition), "dev": dev, "test": test}
         for split, sents in self.sentences.items():
             self.features[split] = self.aligner.encode(sents, self.label_set.label2id)
 
-    @property
-    def train_ids(self) -> list[str]:
-        return [s.id for s in self.sentences["train"]]
+    def _select_partition(self) -> list[Sentence]:
+        c = self.corpus
+        share = self.imbalance.get("entity_share")
+        if share is None:
+            return sample_partition(c.train, self.size, self.partition, self.seed, c.name)
+        if not isinstance(self.size, int):
+            raise ValueError("data.imbalance.entity_share needs an integer size")
+        return imbalance_sample(c.train, self.size, float(share), float(self.imbalance.get("tolerance", 0.05)),
+                                self.partition, self.seed, c.name)
+
+    def _transform(self, train: list[Sentence]) -> list[Sentence]:
+        if self.resample != "none":
+            train = resample(train, self.resample, self.resample_variant)
+        if self.undersample:
+            train = balanced_undersample(train, float(self.undersample))
+        methods = list(self.augment.get("methods") or [])
+        if methods:
+            rng = partition_rng(self.corpus.name, "augment", self.size, self.partition, self.seed)
+            train = augment(train, methods, float(self.augment.get("rate", 0.3)), rng)
+        if not train:
+            raise ValueError("the training set is empty after data.undersample (no sentence has an entity)")
+        return train
 
     def partition_record(self) -> dict:
-        """What identifies the training data of this run (written to results.json)."""
-        ids = self.train_ids
+        """What identifies the training data of this run (partition.json; stats in results.json).
+
+        ``sentence_ids``/``sha256`` name the partition (before any regime); ``training_set``
+        gives the sentences actually trained on, with multiplicities, and before/after stats.
+        """
+        ids = [s.id for s in self.partition_sentences]
+        used = [s.id for s in self.sentences["train"]]
+        counts: dict[str, int] = {}
+        for i in used:
+            counts[i] = counts.get(i, 0) + 1
         return {
             "dataset": self.corpus.name,
             "size": len(ids),
@@ -101,6 +155,15 @@ class LowResourceDataModule(pl.LightningDataModule):
             "seed": self.seed,
             "sentence_ids": ids,
             "sha256": digest(ids),
+            "training_set": {
+                "regime": {"imbalance": self.imbalance, "entity_types": self.entity_types,
+                           "resample": self.resample, "resample_variant": self.resample_variant,
+                           "undersample": self.undersample, "augment": self.augment},
+                "before": training_set_stats(self.partition_sentences),
+                "after": training_set_stats(self.sentences["train"]),
+                "sha256": digest(used),
+                "multiplicities": counts,
+            },
             "dev_sentences": len(self.sentences["dev"]),
             "dev_sha256": digest(s.id for s in self.sentences["dev"]),
             "test_sentences": len(self.sentences["test"]),
