@@ -77,5 +77,5 @@ def test_regime_training_set_independent_of_loss_and_encoder(toy_cfg, regime):
 def test_unknown_projection_type_is_an_error(toy_cfg):
     cfg = toy_cfg("data.entity_types=[GPE]")
     encoder = instantiate(cfg.model)
-    with pytest.raises(ValueError, match=r"data.entity_types: \['GPE'\] not in toy"):
+    with pytest.raises(Exception, match=r"data.entity_types: \[.GPE.\] not in toy"):
         instantiate(cfg.data, tokenizer=encoder.tokenizer)
