@@ -62,3 +62,16 @@ def test_tiny_encoder_word_states_pick_first_subtokens(toy_cfg):
     starts = torch.tensor([[1, 3], [2, 4]])
     out = encoder.word_states(hidden, starts)
     assert torch.equal(out[0, 1], hidden[0, 3]) and torch.equal(out[1, 0], hidden[1, 2])
+
+
+def test_hub_name_offline_is_a_clear_error():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    code = ("from ner_lightning.models.encoder import TransformerEncoder\n"
+            "TransformerEncoder('bert-base-cased')")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "could not load tokenizer 'bert-base-cased'" in proc.stderr and "model=minilm" in proc.stderr

@@ -170,6 +170,15 @@ class LowResourceDataModule(pl.LightningDataModule):
             "notes": self.corpus.notes,
         }
 
+    def label_counts(self) -> torch.Tensor:
+        """Word-label counts (K,) of the training set actually trained on (after regimes)."""
+        counts = torch.zeros(len(self.label_set), dtype=torch.long)
+        ids = self.label_set.label2id
+        for s in self.sentences["train"]:
+            for t in s.tags:
+                counts[ids[t]] += 1
+        return counts
+
     def gold_tags(self, split: str) -> list[list[str]]:
         return [list(s.tags) for s in self.sentences[split]]
 

@@ -7,12 +7,15 @@ import torch
 from torch import nn
 
 from ner_lightning.data.corpus import LabelSet
+from ner_lightning.losses import TokenLoss
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
 
 
 class TokenClassificationModule(NERModule):
-    """Linear head over word states; ``token_loss(logits (N, K), targets (N,))`` on real words.
+    """Linear head over word states; ``token_loss(logits (N, K), targets (N,), sentence)``.
+
+    ``token_loss`` is any ``ner_lightning.losses`` loss (ce, wce1, wce2, focal, dice, mom).
 
     Only first sub-tokens of real words enter the loss, so padding and continuation pieces
     never contribute. Decoding is the per-word argmax.
@@ -22,7 +25,7 @@ class TokenClassificationModule(NERModule):
         self,
         encoder: TransformerEncoder,
         label_set: LabelSet,
-        token_loss: nn.Module,
+        token_loss: TokenLoss,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_ratio: float,
         dropout: float,
@@ -35,10 +38,15 @@ class TokenClassificationModule(NERModule):
     def logits(self, batch: dict) -> torch.Tensor:
         return self.classifier(self.dropout(self.word_states(batch)))
 
+    def setup(self, stage: str) -> None:
+        if hasattr(self.token_loss, "fit_counts") and self.trainer is not None and self.trainer.datamodule:
+            self.token_loss.fit_counts(self.trainer.datamodule.label_counts())
+
     def training_loss(self, batch: dict) -> torch.Tensor:
         logits = self.logits(batch)
         mask = batch["word_mask"]
-        return self.token_loss(logits[mask], self.word_labels(batch)[mask])
+        rows = torch.arange(mask.size(0), device=mask.device)[:, None].expand_as(mask)
+        return self.token_loss(logits[mask], self.word_labels(batch)[mask], sentence=rows[mask])
 
     def decode(self, batch: dict) -> list[list[int]]:
         best = self.logits(batch).argmax(-1)

@@ -1,0 +1,130 @@
+"""Token-level losses for the softmax head: ``loss(logits (N, K), targets (N,)) -> scalar``.
+
+Every loss implements ``per_token`` (N,) and averages it over the N real words it is given
+(padding and non-first sub-tokens are never passed in). ``sentence`` (N,) says which example
+each word belongs to; only MoM uses it. Losses that depend on the training data's label
+counts (weighted CE) implement ``fit_counts(counts)``; the module calls it once with the label
+counts of the training set it trains on.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TokenLoss(nn.Module):
+    def per_token(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor, sentence: torch.Tensor | None = None):
+        return self.per_token(logits, targets).mean()
+
+
+class CrossEntropy(TokenLoss):
+    """ℓ = −log p_y, averaged over tokens."""
+
+    def per_token(self, logits, targets):
+        return F.cross_entropy(logits, targets, reduction="none")
+
+
+class WeightedCrossEntropy(TokenLoss):
+    """MoM paper eq. 4: ℓ = −Σ_k ω_k y_k log p_k, averaged over tokens (not over Σω).
+
+    ``scheme="inverse_frequency"`` (WCE-1): ω_k = s / s_k; ``scheme="log_ratio"`` (WCE-2):
+    ω_k = log10((s − s_k)/s_k + β). s_k = training tokens of class k (at least 1), s = all.
+    """
+
+    def __init__(self, scheme: str, beta: float = 1.0):
+        super().__init__()
+        if scheme not in ("inverse_frequency", "log_ratio"):
+            raise ValueError(f"loss.token_loss.scheme must be inverse_frequency or log_ratio, got {scheme!r}")
+        self.scheme, self.beta = scheme, beta
+        self.register_buffer("weight", torch.empty(0))
+
+    def fit_counts(self, counts: torch.Tensor) -> None:
+        s_k = counts.double().clamp(min=1)
+        s = counts.double().sum()
+        w = s / s_k if self.scheme == "inverse_frequency" else torch.log10((s - s_k) / s_k + self.beta)
+        self.weight = w.float().to(self.weight.device)
+
+    def per_token(self, logits, targets):
+        if self.weight.numel() == 0:
+            raise RuntimeError("WeightedCrossEntropy.fit_counts was not called")
+        return self.weight[targets] * F.cross_entropy(logits, targets, reduction="none")
+
+
+class FocalLoss(TokenLoss):
+    """MoM paper eq. 5 (Lin et al. 2017), multi-class: ℓ = −(1 − p_y)^γ log p_y."""
+
+    def __init__(self, gamma: float = 2.0):
+        super().__init__()
+        self.gamma = gamma
+
+    def per_token(self, logits, targets):
+        logp = F.log_softmax(logits, -1).gather(1, targets[:, None]).squeeze(1)
+        return -(1 - logp.exp()).pow(self.gamma) * logp
+
+
+class DiceLoss(TokenLoss):
+    """Self-adjusting Dice as written in the MoM paper eq. 6, one-vs-rest over the K classes.
+
+    DSC_k = (2(1 − p_k)^ε p_k y_k + δ) / ((1 − p_k)^ε + y_k + δ) and ℓ = 1 − mean_k DSC_k.
+    (Li et al. 2020 also multiply the denominator's (1 − p)^ε by p; eq. 6 does not, and this
+    follows eq. 6. With ε > 0 the coefficient is not monotonic in p_y; ε = 0 gives plain
+    smoothed Dice.) Finite for every input: the denominator is ≥ δ > 0.
+    """
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 1.0):
+        super().__init__()
+        if delta <= 0:
+            raise ValueError("loss.token_loss.delta must be > 0")
+        self.epsilon, self.delta = epsilon, delta
+
+    def per_token(self, logits, targets):
+        p = logits.softmax(-1)
+        y = F.one_hot(targets, p.size(-1)).to(p.dtype)
+        a = (1 - p).pow(self.epsilon)
+        dsc = (2 * a * p * y + self.delta) / (a + y + self.delta)
+        return 1 - dsc.mean(-1)
+
+
+BASE_LOSSES = {
+    "ce": lambda cfg: CrossEntropy(),
+    "wce1": lambda cfg: WeightedCrossEntropy("inverse_frequency"),
+    "wce2": lambda cfg: WeightedCrossEntropy("log_ratio", cfg["beta"]),
+    "focal": lambda cfg: FocalLoss(cfg["gamma"]),
+    "dice": lambda cfg: DiceLoss(cfg["epsilon"], cfg["delta"]),
+}
+
+
+class MoMLoss(TokenLoss):
+    """MoM learning (MoM paper eqs. 1-3): λ·L + (1 − λ)·L_MoM.
+
+    L is the base loss averaged over the batch's words; L_MoM = mean over sentences n of
+    (1/M_n) Σ_{i in n, y_i = O} ℓ(y_i, p_i), M_n the sentence's word count. Eq. 1 prints a
+    leading minus although ℓ is already a loss; here L_MoM is the penalty on O-tokens that is
+    minimised (the minus is dropped), the reading under which λ < 1 adds weight to O-class
+    errors, as the paper describes. λ = 1 gives the base loss exactly.
+    """
+
+    def __init__(self, base: str, lam: float, outside_id: int = 0, gamma: float = 2.0,
+                 beta: float = 1.0, epsilon: float = 1.0, delta: float = 1.0):
+        super().__init__()
+        if base not in BASE_LOSSES:
+            raise ValueError(f"loss.token_loss.base must be one of {sorted(BASE_LOSSES)}, got {base!r}")
+        self.base = BASE_LOSSES[base](dict(gamma=gamma, beta=beta, epsilon=epsilon, delta=delta))
+        self.lam, self.outside_id = lam, outside_id
+
+    def fit_counts(self, counts: torch.Tensor) -> None:
+        if hasattr(self.base, "fit_counts"):
+            self.base.fit_counts(counts)
+
+    def forward(self, logits, targets, sentence=None):
+        if sentence is None:
+            raise ValueError("MoMLoss needs the sentence index of every word")
+        per = self.base.per_token(logits, targets)
+        _, sent, m = torch.unique(sentence, return_inverse=True, return_counts=True)
+        outside = (targets == self.outside_id).to(per.dtype)
+        l_mom = (per * outside / m[sent]).sum() / len(m)
+        return self.lam * per.mean() + (1 - self.lam) * l_mom
