@@ -7,6 +7,7 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.run import train
 
 LOSSES = ["ce", "wce1", "wce2", "focal", "dice", "mom", "crf", "bilstm_crf"]
+TWO_TASK = ["ce2t", "auc2t", "comauc2t"]
 
 
 class FixedEncoder(torch.nn.Module):
@@ -67,7 +68,8 @@ def test_padding_and_continuation_pieces_never_contribute(loss, toy_cfg):
     assert grad[0, [0, 3, 5]].abs().sum() == 0 and grad[1, [0, 2, 4, 5]].abs().sum() == 0
 
 
-def test_smoke_multirun_every_loss_trains_and_evaluates(toy_cfg):
-    for loss in LOSSES:
-        res = train(toy_cfg(f"loss={loss}", "trainer.max_epochs=1"))
+def test_every_loss_trains_and_evaluates(toy_cfg):
+    for loss in LOSSES + TWO_TASK:
+        scheme = "data.label_scheme=untyped" if loss in TWO_TASK else "data.label_scheme=typed"
+        res = train(toy_cfg(f"loss={loss}", scheme, "trainer.max_epochs=1"))
         assert res["status"] == "ok" and res["test"]["micro"]["support"] > 0, loss

@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader, Sampler
 from ner_lightning.data.alignment import Feature, SubwordAligner, collate_features
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
 from ner_lightning.data.regimes import (
-    augment, balanced_undersample, imbalance_sample, project_entity_types, resample, training_set_stats,
+    UNTYPED, augment, balanced_undersample, imbalance_sample, project_entity_types, resample,
+    training_set_stats, untyped,
 )
 from ner_lightning.data.sampling import partition_rng, sample_partition
 
@@ -50,7 +51,7 @@ class LowResourceDataModule(pl.LightningDataModule):
 
     Regimes, applied in this order to the training set only (``ner_lightning.data.regimes``):
     partition or imbalance sample (``imbalance.entity_share``) -> entity-type projection
-    (``entity_types``, also applied to dev and test) -> ``resample`` -> ``undersample`` ->
+    (``entity_types``) and ``label_scheme=untyped`` (both also applied to dev and test) -> ``resample`` -> ``undersample`` ->
     ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism).
     Evaluation batches are sorted by length (results unchanged, far less padding).
     """
@@ -74,6 +75,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         resample_variant: str = "paper",
         undersample: float | None = None,
         augment: dict | None = None,
+        label_scheme: str = "typed",
     ):
         super().__init__()
         self.corpus = corpus
@@ -95,6 +97,11 @@ class LowResourceDataModule(pl.LightningDataModule):
                 raise ValueError(f"data.entity_types: {sorted(unknown)} not in {corpus.name}'s types "
                                  f"{list(corpus.label_set.entity_types)}")
             self.label_set = LabelSet([t for t in corpus.label_set.entity_types if t in self.entity_types])
+        if label_scheme not in ("typed", "untyped"):
+            raise ValueError(f"data.label_scheme must be typed or untyped, got {label_scheme!r}")
+        self.label_scheme = label_scheme
+        if label_scheme == "untyped":
+            self.label_set = LabelSet([UNTYPED])
         self.aligner = SubwordAligner(tokenizer, max_length)
         self.sentences: dict[str, list[Sentence]] = {}
         self.features: dict[str, list[Feature]] = {}
@@ -109,6 +116,8 @@ class LowResourceDataModule(pl.LightningDataModule):
         test = c.test
         if self.entity_types:
             partition, dev, test = (project_entity_types(x, self.entity_types) for x in (partition, dev, test))
+        if self.label_scheme == "untyped":
+            partition, dev, test = untyped(partition), untyped(dev), untyped(test)
         self.partition_sentences = partition
         self.sentences = {"train": self._transform(partition), "dev": dev, "test": test}
         for split, sents in self.sentences.items():
@@ -157,6 +166,7 @@ class LowResourceDataModule(pl.LightningDataModule):
             "sha256": digest(ids),
             "training_set": {
                 "regime": {"imbalance": self.imbalance, "entity_types": self.entity_types,
+                           "label_scheme": self.label_scheme,
                            "resample": self.resample, "resample_variant": self.resample_variant,
                            "undersample": self.undersample, "augment": self.augment},
                 "before": training_set_stats(self.partition_sentences),

@@ -149,6 +149,18 @@ def project_entity_types(sentences: Sequence[Sentence], keep: Sequence[str]) -> 
     return [replace(s, tags=tuple(tag(t) for t in s.tags)) for s in sentences]
 
 
+UNTYPED = "ENT"
+
+
+def untyped(sentences: Sequence[Sentence]) -> list[Sentence]:
+    """Collapse entity types: ``B-X`` -> ``B-ENT``, ``I-X`` -> ``I-ENT`` (AUC-2T Table 2 setting)."""
+
+    def tag(t: str) -> str:
+        return t if t == OUTSIDE else f"{t[0]}-{UNTYPED}"
+
+    return [replace(s, tags=tuple(tag(t) for t in s.tags)) for s in sentences]
+
+
 # --------------------------------------------------------------------------------------------
 # Sentence-level resampling (Wang & Wang 2022, section 3.2, eqs. 1-4)
 # --------------------------------------------------------------------------------------------

@@ -104,8 +104,12 @@ class NERModule(pl.LightningModule):
         self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
         self.log_dict(flat)
 
+    def optimizer_parameters(self) -> list[torch.nn.Parameter]:
+        """What the optimiser updates (families with min-max variables exclude those)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(params=[p for p in self.parameters() if p.requires_grad])
+        optimizer = self.optimizer_factory(params=self.optimizer_parameters())
         total = self.trainer.estimated_stepping_batches
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

