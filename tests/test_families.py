@@ -8,6 +8,7 @@ from ner_lightning.run import train
 
 LOSSES = ["ce", "wce1", "wce2", "focal", "dice", "mom", "crf", "bilstm_crf"]
 TWO_TASK = ["ce2t", "auc2t", "comauc2t"]
+OVA = ["ova_bce", "ova_auc", "ova_auc_maml"]
 
 
 class FixedEncoder(torch.nn.Module):
@@ -69,7 +70,7 @@ def test_padding_and_continuation_pieces_never_contribute(loss, toy_cfg):
 
 
 def test_every_loss_trains_and_evaluates(toy_cfg):
-    for loss in LOSSES + TWO_TASK:
+    for loss in LOSSES + TWO_TASK + OVA:
         scheme = "data.label_scheme=untyped" if loss in TWO_TASK else "data.label_scheme=typed"
         res = train(toy_cfg(f"loss={loss}", scheme, "trainer.max_epochs=1"))
         assert res["status"] == "ok" and res["test"]["micro"]["support"] > 0, loss

@@ -1,0 +1,141 @@
+"""One-vs-all family (OVA-AUC paper): one binary classifier per label, O included.
+
+``loss=ova_bce``: binary CE per label. ``loss=ova_auc``: AUC_M per label (eq. 1, libauc
+``AUCMLoss`` v1), labels grouped by prefix B- / I- / O with one optimisation step per group
+per batch (Algorithm 1). ``loss=ova_auc_maml``: per step, ``m`` labels sampled reproducibly
+from the seed, one step on their summed AUC_M (Algorithm 2, first order). Prediction is the
+argmax of the K sigmoid scores (eq. 2).
+
+The AUC variants take several optimiser steps per batch, so they use Lightning's manual
+optimisation: the module clips gradients itself with the Trainer's ``gradient_clip_val``
+(which it takes over, since Lightning refuses automatic clipping in manual mode), steps the
+learning-rate schedule once per batch, and moves each α by projected gradient ascent.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ner_lightning.data.corpus import LabelSet
+from ner_lightning.models.base import NERModule
+from ner_lightning.models.encoder import TransformerEncoder
+
+OBJECTIVES = ("ova_bce", "ova_auc", "ova_auc_maml")
+
+
+def prefix_groups(labels: list[str]) -> list[list[int]]:
+    """Label ids grouped by prefix, in the order B, I, O (Algorithm 1, line 2)."""
+    groups = [[k for k, lab in enumerate(labels) if lab.startswith(p)] for p in ("B", "I", "O")]
+    return [g for g in groups if g]
+
+
+class OneVsAllModule(NERModule):
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        label_set: LabelSet,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        warmup_ratio: float,
+        objective: str,
+        margin: float,
+        m: int,
+        lr_alpha: float,
+        dropout: float,
+        seed: int,
+    ):
+        super().__init__(encoder, label_set, optimizer, warmup_ratio)
+        if objective not in OBJECTIVES:
+            raise ValueError(f"loss.objective must be one of {OBJECTIVES}, got {objective!r}")
+        k = len(label_set)
+        if objective == "ova_auc_maml" and not 1 <= m <= k:
+            raise ValueError(f"loss.m must be between 1 and the number of labels ({k}), got {m}")
+        self.objective, self.m, self.lr_alpha, self.seed = objective, m, lr_alpha, seed
+        self.dropout = nn.Dropout(dropout)
+        self.heads = nn.Linear(encoder.hidden_size, k)
+        self.auc = None
+        if objective != "ova_bce":
+            from libauc.losses import AUCMLoss
+
+            self.auc = nn.ModuleList([AUCMLoss(margin=margin, version="v1", device="cpu") for _ in range(k)])
+        self.automatic_optimization = objective == "ova_bce"
+        self.clip_val: float | None = None
+        self.label_steps: list[list[int]] = []  # the label groups of every optimiser step taken
+
+    # --- scores and losses -----------------------------------------------------------------------
+    def label_scores(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sigmoid scores (N, K) and gold label ids (N,) of the batch's real words."""
+        mask = batch["word_mask"]
+        s = torch.sigmoid(self.heads(self.dropout(self.word_states(batch))[mask]))
+        return s, self.word_labels(batch)[mask]
+
+    def auc_loss(self, s: torch.Tensor, y: torch.Tensor, labels: list[int]) -> torch.Tensor:
+        """Σ_{k in labels} AUC_M(label k vs rest) (eq. 1)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return sum(self.auc[k](s[:, k], (y == k).long()) for k in labels)
+
+    def training_loss(self, batch: dict) -> torch.Tensor:
+        s, y = self.label_scores(batch)
+        if self.objective == "ova_bce":
+            onehot = F.one_hot(y, s.size(1)).float()
+            return F.binary_cross_entropy(s, onehot, reduction="none").mean(0).sum()
+        return self.auc_loss(s, y, list(range(s.size(1))))
+
+    def step_groups(self) -> list[list[int]]:
+        """Label groups, one optimiser step each, for the next batch."""
+        if self.objective == "ova_auc":
+            return prefix_groups(self.label_set.labels)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + len(self.label_steps))
+        return [sorted(torch.randperm(len(self.label_set), generator=g)[: self.m].tolist())]
+
+    def decode(self, batch: dict) -> list[list[int]]:
+        scores = torch.sigmoid(self.heads(self.word_states(batch)))
+        best = scores.argmax(-1)  # eq. 2
+        return [row[m].tolist() for row, m in zip(best, batch["word_mask"])]
+
+    # --- optimisation ------------------------------------------------------------------------------
+    def alphas(self) -> list[nn.Parameter]:
+        return [loss.alpha for loss in self.auc] if self.auc is not None else []
+
+    def optimizer_parameters(self) -> list[nn.Parameter]:
+        alphas = {id(a) for a in self.alphas()}
+        return [p for p in super().optimizer_parameters() if id(p) not in alphas]
+
+    def configure_callbacks(self):
+        if not self.automatic_optimization and self.trainer is not None:
+            self.clip_val, self.trainer.gradient_clip_val = self.trainer.gradient_clip_val, None
+        return []
+
+    def ascend_alphas(self) -> None:
+        with torch.no_grad():
+            for a in self.alphas():
+                if a.grad is not None:
+                    a.add_(self.lr_alpha * a.grad).clamp_(min=0.0)
+                    a.grad = None
+
+    def optimizer_step(self, *args, **kwargs):
+        super().optimizer_step(*args, **kwargs)
+        self.ascend_alphas()
+
+    def training_step(self, batch: dict, batch_idx: int):
+        if self.automatic_optimization:
+            return super().training_step(batch, batch_idx)
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        total = 0.0
+        for labels in self.step_groups():
+            s, y = self.label_scores(batch)  # a fresh forward per step
+            loss = self.auc_loss(s, y, labels)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            if self.clip_val:
+                self.clip_gradients(opt, gradient_clip_val=self.clip_val, gradient_clip_algorithm="norm")
+            opt.step()
+            self.ascend_alphas()
+            self.label_steps.append(labels)
+            total += float(loss.detach())
+        sched.step()
+        self.log("train/loss", total, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["input_ids"].size(0))
