@@ -89,7 +89,7 @@ def run_plain(cfg) -> dict:
                                            collate_fn=collator, generator=g)
     test_dl = torch.utils.data.DataLoader(test_ds, batch_size=cfg.data.eval_batch_size, collate_fn=collator)
     epochs = cfg.trainer.max_epochs
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.loss.optimizer.lr, weight_decay=cfg.loss.optimizer.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay)
     total = epochs * len(train_dl)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.loss.warmup_ratio * total), total)
 

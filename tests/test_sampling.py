@@ -41,7 +41,7 @@ def test_partition_independent_of_loss_encoder_and_batching(toy_cfg):
         return dm.partition_record()
 
     a = train_ids("size=10")
-    b = train_ids("size=10", "model=minilm", "data.batch_size=3", "loss.optimizer.lr=1e-3",
+    b = train_ids("size=10", "model=minilm", "data.batch_size=3", "optimizer.lr=1e-3",
                   "data.group_by_length=true", "trainer.max_epochs=7")
     c = train_ids("size=10", "partition=1")
     assert a["sentence_ids"] == b["sentence_ids"] and a["sha256"] == b["sha256"]
@@ -63,7 +63,7 @@ def test_regime_training_set_independent_of_loss_and_encoder(toy_cfg, regime):
         return dm, dm.partition_record()
 
     dm, a = record()
-    _, b = record("model=minilm", "loss.optimizer.lr=1e-3", "data.batch_size=2")
+    _, b = record("model=minilm", "optimizer.lr=1e-3", "data.batch_size=2")
     assert a["training_set"]["sha256"] == b["training_set"]["sha256"]
     assert a["training_set"]["multiplicities"] == b["training_set"]["multiplicities"]
     assert sum(a["training_set"]["multiplicities"].values()) == a["training_set"]["after"]["sentences"]

@@ -38,7 +38,7 @@ def test_same_config_and_seed_give_same_metrics(toy_cfg):
 
 def test_learns_the_toy_corpus(toy_cfg):
     """A tiny encoder fits 24 toy sentences well enough to find entities in test."""
-    cfg = toy_cfg("size=full", "trainer.max_epochs=20", "loss.optimizer.lr=5e-3",
+    cfg = toy_cfg("size=full", "trainer.max_epochs=20", "optimizer.lr=5e-3",
                   "callbacks.early_stopping.patience=20", "data.batch_size=4")
     results = train(cfg)
     assert results["dev"]["micro"]["f1"] > 0.5

@@ -95,3 +95,17 @@ def test_alpha_update_rule():
         for al in m.alphas():
             al.add_(m.lr_alpha * al.grad).clamp_(min=0.0)
     assert a.item() == pytest.approx(0.05) and m.auc[1].alpha.item() == 0.0
+
+
+def test_pesg_anchors_at_start_weights_and_trains(toy_cfg):
+    from ner_lightning.optim import pesg
+
+    m = _module()
+    params = m.optimizer_parameters()
+    opt = pesg(params, lr=0.01, mode="sgd", clip_value=1.0, weight_decay=0.0, epoch_decay=0.002, momentum=0.9)
+    assert all(torch.equal(ref, p) for ref, p in zip(opt.model_ref, params))
+    assert opt.alpha is None  # α is the module's job, never PESG's
+    res = train(toy_cfg("loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped", "trainer.max_epochs=1"))
+    assert res["status"] == "ok"
+    res = train(toy_cfg("loss=ova_auc", "optimizer=pesg", "trainer.max_epochs=1"))
+    assert res["status"] == "ok"
