@@ -53,3 +53,20 @@ def test_failing_cell_does_not_take_the_others_down(requires_real_data, tmp_path
     failure = json.loads((bad / "failure.json").read_text())
     assert "size=99999 is larger than conll2003/train" in failure["error"]
     assert json.loads((good / "results.json").read_text())["status"] == "ok"
+
+
+def test_regimes_compose_in_one_grid(requires_real_data, tmp_path):
+    proc = run_cli(["-m", "loss=ce", "data.resample=none,sCR", "data.imbalance.entity_share=0.05,0.2", "size=30",
+                    "model=tiny", "trainer=cpu", "trainer.max_epochs=1", "trainer.min_epochs=1", "logger=csv",
+                    "data.dev_size=100"], tmp_path, requires_real_data)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads((d / "results.json").read_text()) for d in job_dirs(tmp_path)]
+    assert len(results) == 4
+    by_cell = {(r["training_set"]["regime"]["resample"], r["training_set"]["regime"]["imbalance"]["entity_share"]): r
+               for r in results}
+    for (resample, share), r in by_cell.items():
+        before, after = r["training_set"]["before"], r["training_set"]["after"]
+        assert abs(before["entity_token_share"] - share) <= 0.05 * share
+        assert (after["sentences"] > before["sentences"]) == (resample == "sCR")
+    # the same imbalance sample under both resampling settings: paired comparison
+    assert by_cell[("none", 0.05)]["partition"]["sha256"] == by_cell[("sCR", 0.05)]["partition"]["sha256"]

@@ -1,0 +1,25 @@
+import json
+
+from ner_lightning.report import load_runs, table
+
+
+def _write(d, name, loss, size, f1, wall):
+    p = d / name
+    p.mkdir(parents=True)
+    (p / "results.json").write_text(json.dumps({
+        "overrides": [f"loss={loss}", f"size={size}"], "config": {"size": size, "dataset": {"name": "toy"}},
+        "test": {"micro": {"f1": f1}, "macro": {"f1": f1 / 2}}, "wall_time_s": wall}))
+
+
+def test_table_means_sd_and_ranges(tmp_path):
+    _write(tmp_path, "0", "ce", 20, 0.2, 10)
+    _write(tmp_path, "1", "ce", 20, 0.4, 30)
+    _write(tmp_path, "2", "auc2t", 20, 0.5, 5)
+    (tmp_path / "3").mkdir()
+    (tmp_path / "3" / "failure.json").write_text(json.dumps({"error": "ValueError: boom"}))
+    runs, failed = load_runs([tmp_path])
+    assert len(runs) == 3 and len(failed) == 1
+    out = table(runs, ["loss", "size"], ["test.micro.f1"]).splitlines()
+    # rows sorted by key; ce: mean 0.3, sd sqrt(0.02) = 0.1414
+    assert out[2] == "| auc2t | 20 | 0.5000 ± 0.0000 [0.5000, 0.5000] | 1 | 5 |"
+    assert out[3] == "| ce | 20 | 0.3000 ± 0.1414 [0.2000, 0.4000] | 2 | 20 |"
