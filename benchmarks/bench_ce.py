@@ -19,25 +19,8 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
-
-from ner_lightning.config import CONFIG_DIR
+from ner_lightning.config import compose_config
 from ner_lightning.run import train
-
-
-def compose_cfg(overrides: list[str], out_dir: Path):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(out_dir)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
 
 
 def run_framework(cfg) -> dict:
@@ -137,7 +120,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(torch.get_num_threads())
     out_dir = Path(tempfile.mkdtemp(prefix="bench_ce_"))
-    cfg = compose_cfg([
+    cfg = compose_config([
         f"dataset={args.dataset}", f"model={args.model}", "loss=ce", f"size={args.size}",
         f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false", "trainer.enable_progress_bar=false",
         "callbacks=none", "+callbacks.token_throughput._target_=ner_lightning.callbacks.TokenThroughput",

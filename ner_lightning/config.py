@@ -20,3 +20,26 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
     if not OmegaConf.has_resolver("package_dir"):
         OmegaConf.register_new_resolver("package_dir", _package_dir)
+
+
+def compose_config(overrides: list[str], output_dir: str | Path):
+    """Compose ``conf/config.yaml`` outside ``@hydra.main`` (tests, benchmarks, notebooks).
+
+    Sets the Hydra runtime so ``${hydra:...}`` interpolations resolve, with outputs in
+    ``output_dir``; returns the job config (without the ``hydra`` node).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(output_dir)
+        cfg.hydra.job.override_dirname = ",".join(overrides)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg

@@ -5,12 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
-
-from ner_lightning.config import CONFIG_DIR, REPO_ROOT
+from ner_lightning.config import REPO_ROOT, compose_config  # noqa: F401  (re-exported for tests)
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -69,20 +64,6 @@ def requires_real_data():
     if not (DATA_DIR / "conll2003" / "train.txt").is_file():
         pytest.skip(f"real corpora not found at {DATA_DIR} (set NER_DATA_DIR)")
     return DATA_DIR
-
-
-def compose_config(overrides: list[str], output_dir: Path):
-    """Compose conf/config.yaml as `python -m ner_lightning.run` would, outputs in output_dir."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(output_dir)
-        cfg.hydra.job.override_dirname = ",".join(overrides)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
 
 
 @pytest.fixture

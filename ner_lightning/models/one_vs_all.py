@@ -13,7 +13,6 @@ learning-rate schedule once per batch, and moves each α by projected gradient a
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 import torch
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ner_lightning.data.corpus import LabelSet
+from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
 
@@ -33,7 +33,7 @@ def prefix_groups(labels: list[str]) -> list[list[int]]:
     return [g for g in groups if g]
 
 
-class OneVsAllModule(NERModule):
+class OneVsAllModule(AUCMinMax, NERModule):
     def __init__(
         self,
         encoder: TransformerEncoder,
@@ -56,11 +56,7 @@ class OneVsAllModule(NERModule):
         self.objective, self.m, self.lr_alpha, self.seed = objective, m, lr_alpha, seed
         self.dropout = nn.Dropout(dropout)
         self.heads = nn.Linear(encoder.hidden_size, k)
-        self.auc = None
-        if objective != "ova_bce":
-            from libauc.losses import AUCMLoss
-
-            self.auc = nn.ModuleList([AUCMLoss(margin=margin, version="v1", device="cpu") for _ in range(k)])
+        self.auc = auc_losses(k, margin) if objective != "ova_bce" else None
         self.automatic_optimization = objective == "ova_bce"
         self.clip_val: float | None = None
         self.label_steps: list[list[int]] = []  # the label groups of every optimiser step taken
@@ -74,9 +70,7 @@ class OneVsAllModule(NERModule):
 
     def auc_loss(self, s: torch.Tensor, y: torch.Tensor, labels: list[int]) -> torch.Tensor:
         """Σ_{k in labels} AUC_M(label k vs rest) (eq. 1)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return sum(self.auc[k](s[:, k], (y == k).long()) for k in labels)
+        return sum(aucm(self.auc[k], s[:, k], (y == k).long()) for k in labels)
 
     def training_loss(self, batch: dict) -> torch.Tensor:
         s, y = self.label_scores(batch)
@@ -98,28 +92,10 @@ class OneVsAllModule(NERModule):
         return [row[m].tolist() for row, m in zip(best, batch["word_mask"])]
 
     # --- optimisation ------------------------------------------------------------------------------
-    def alphas(self) -> list[nn.Parameter]:
-        return [loss.alpha for loss in self.auc] if self.auc is not None else []
-
-    def optimizer_parameters(self) -> list[nn.Parameter]:
-        alphas = {id(a) for a in self.alphas()}
-        return [p for p in super().optimizer_parameters() if id(p) not in alphas]
-
     def configure_callbacks(self):
         if not self.automatic_optimization and self.trainer is not None:
             self.clip_val, self.trainer.gradient_clip_val = self.trainer.gradient_clip_val, None
         return []
-
-    def ascend_alphas(self) -> None:
-        with torch.no_grad():
-            for a in self.alphas():
-                if a.grad is not None:
-                    a.add_(self.lr_alpha * a.grad).clamp_(min=0.0)
-                    a.grad = None
-
-    def optimizer_step(self, *args, **kwargs):
-        super().optimizer_step(*args, **kwargs)
-        self.ascend_alphas()
 
     def training_step(self, batch: dict, batch_idx: int):
         if self.automatic_optimization:

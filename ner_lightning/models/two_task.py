@@ -6,13 +6,10 @@ multi-class CE step over B/I/O with the two-task AUC step, ``period`` steps each
 Decoding is the paper's Algorithm 1 (:func:`two_task_decode`). The spans are untyped: the
 data must carry one entity type (``data.label_scheme=untyped`` or ``data.entity_types=[X]``).
 
-AUC min-max: a, b are minimised with the network; α is *maximised*. With AdamW, α is kept
-out of the optimiser and moved by projected gradient ascent after every step,
-α ← max(0, α + lr_alpha·∂L/∂α) (as libauc's PESG does internally).
+The AUC min-max update of α is shared with the one-vs-all family (``models/auc.py``).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 import torch
@@ -20,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ner_lightning.data.corpus import LabelSet
+from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
 
@@ -41,7 +39,7 @@ def two_task_targets(word_labels: torch.Tensor, label_set: LabelSet) -> tuple[to
     return ((word_labels == b_id) | (word_labels == i_id)).long(), (word_labels == b_id).long()
 
 
-class TwoTaskModule(NERModule):
+class TwoTaskModule(AUCMinMax, NERModule):
     def __init__(
         self,
         encoder: TransformerEncoder,
@@ -70,11 +68,7 @@ class TwoTaskModule(NERModule):
         self.dropout = nn.Dropout(dropout)
         self.heads = nn.Linear(encoder.hidden_size, 2)  # entity, begin
         self.bio_head = nn.Linear(encoder.hidden_size, 3) if objective == "comauc2t" else None
-        self.auc = None
-        if objective != "ce2t":
-            from libauc.losses import AUCMLoss
-
-            self.auc = nn.ModuleList([AUCMLoss(margin=margin, version="v1", device="cpu") for _ in range(2)])
+        self.auc = auc_losses(2, margin) if objective != "ce2t" else None
 
     def task_scores(self, states: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.heads(states))  # (B, W, 2)
@@ -93,27 +87,9 @@ class TwoTaskModule(NERModule):
 
     def auc_loss(self, s: torch.Tensor, entity: torch.Tensor, begin: torch.Tensor) -> torch.Tensor:
         """Eq. 4: AUC_M(entity) + λ·AUC_M(begin) on real words only (boolean-indexed)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return self.auc[0](s[:, 0], entity) + self.lam * self.auc[1](s[:, 1], begin)
+        return aucm(self.auc[0], s[:, 0], entity) + self.lam * aucm(self.auc[1], s[:, 1], begin)
 
     def decode(self, batch: dict) -> list[list[int]]:
         s = self.task_scores(self.word_states(batch))
         tags = two_task_decode(s[..., 0], s[..., 1], self.threshold)
         return [row[m].tolist() for row, m in zip(tags, batch["word_mask"])]
-
-    # --- α ascent --------------------------------------------------------------------------------
-    def alphas(self) -> list[nn.Parameter]:
-        return [loss.alpha for loss in self.auc] if self.auc is not None else []
-
-    def optimizer_parameters(self) -> list[nn.Parameter]:
-        alphas = {id(a) for a in self.alphas()}
-        return [p for p in super().optimizer_parameters() if id(p) not in alphas]
-
-    def optimizer_step(self, *args, **kwargs):
-        super().optimizer_step(*args, **kwargs)
-        with torch.no_grad():
-            for a in self.alphas():
-                if a.grad is not None:
-                    a.add_(self.lr_alpha * a.grad).clamp_(min=0.0)
-                    a.grad = None
