@@ -58,9 +58,12 @@ def train(cfg: DictConfig) -> dict:
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
 
-    log.info("train: %d sentences (%s), dev: %d, test: %d — partition sha256 %s",
-             partition["size"], cfg.dataset.name, partition["dev_sentences"],
-             partition["test_sentences"], partition["sha256"][:12])
+    before, after = partition["training_set"]["before"], partition["training_set"]["after"]
+    log.info("train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
+             "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
+             partition["size"], cfg.dataset.name, partition["sha256"][:12], 100 * before["entity_token_share"],
+             after["sentences"], after["tokens"], 100 * after["entity_token_share"],
+             partition["dev_sentences"], partition["test_sentences"])
     t_fit = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     checkpoint = trainer.checkpoint_callback
