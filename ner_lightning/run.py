@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -130,8 +131,6 @@ def main(cfg: DictConfig) -> float | None:
 
 def _finish_wandb() -> None:
     """Close the W&B run so the next cell of a multirun starts its own (template issue #289)."""
-    import sys
-
     if "wandb" in sys.modules:
         import wandb
 

@@ -69,14 +69,15 @@ class LowResourceDataModule(pl.LightningDataModule):
         dev_size: int | None,
         group_by_length: bool,
         num_workers: int,
-        imbalance: dict | None = None,
-        entity_types: list[str] | None = None,
-        resample: str = "none",
-        resample_variant: str = "paper",
-        undersample: float | None = None,
-        augment: dict | None = None,
-        label_scheme: str = "typed",
+        imbalance: dict,
+        entity_types: list[str] | None,
+        label_scheme: str,
+        resample: str,
+        resample_variant: str,
+        undersample: float | None,
+        augment: dict,
     ):
+        """Every argument is set in ``conf/data/default.yaml`` (no hidden defaults here)."""
         super().__init__()
         self.corpus = corpus
         self.tokenizer = tokenizer
@@ -85,11 +86,11 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.dev_size = dev_size
         self.group_by_length = group_by_length
         self.num_workers = num_workers
-        self.imbalance = dict(imbalance or {})
+        self.imbalance = dict(imbalance)
         self.entity_types = list(entity_types) if entity_types else None
-        self.resample, self.resample_variant = resample or "none", resample_variant
+        self.resample, self.resample_variant = resample, resample_variant
         self.undersample = undersample
-        self.augment = dict(augment or {})
+        self.augment = dict(augment)
         self.label_set = corpus.label_set
         if self.entity_types:
             unknown = set(self.entity_types) - set(corpus.label_set.entity_types)
@@ -125,12 +126,12 @@ class LowResourceDataModule(pl.LightningDataModule):
 
     def _select_partition(self) -> list[Sentence]:
         c = self.corpus
-        share = self.imbalance.get("entity_share")
+        share = self.imbalance["entity_share"]
         if share is None:
             return sample_partition(c.train, self.size, self.partition, self.seed, c.name)
         if not isinstance(self.size, int):
             raise ValueError("data.imbalance.entity_share needs an integer size")
-        return imbalance_sample(c.train, self.size, float(share), float(self.imbalance.get("tolerance", 0.05)),
+        return imbalance_sample(c.train, self.size, float(share), float(self.imbalance["tolerance"]),
                                 self.partition, self.seed, c.name)
 
     def _transform(self, train: list[Sentence]) -> list[Sentence]:
@@ -138,10 +139,10 @@ class LowResourceDataModule(pl.LightningDataModule):
             train = resample(train, self.resample, self.resample_variant)
         if self.undersample:
             train = balanced_undersample(train, float(self.undersample))
-        methods = list(self.augment.get("methods") or [])
+        methods = list(self.augment["methods"] or [])
         if methods:
             rng = partition_rng(self.corpus.name, "augment", self.size, self.partition, self.seed)
-            train = augment(train, methods, float(self.augment.get("rate", 0.3)), rng)
+            train = augment(train, methods, float(self.augment["rate"]), rng)
         if not train:
             raise ValueError("the training set is empty after data.undersample (no sentence has an entity)")
         return train
