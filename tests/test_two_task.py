@@ -36,7 +36,7 @@ def _module(objective="auc2t", lam=100.0, types=("ENT",)):
                              random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=32))
     return TwoTaskModule(enc, LabelSet(list(types)), optimizer=torch.optim.AdamW, warmup_ratio=0.0, objective=objective,
-                         lam=lam, margin=1.0, threshold=0.5, period=1, lr_alpha=0.1, dropout=0.0)
+                         lam=lam, margin=1.0, threshold=0.5, period=1, lr_alpha=0.1, lr_ab=0.01, dropout=0.0)
 
 
 def test_auc_loss_equals_libauc_and_formula():
@@ -79,27 +79,79 @@ def test_alpha_is_ascended_not_optimised(toy_cfg):
     res = train(cfg)
     assert res["status"] == "ok"
     m = _module()
-    opt_ids = {id(p) for p in m.optimizer_parameters()}
-    assert all(id(a) not in opt_ids for a in m.alphas())
-    assert all(id(l.a) in opt_ids and id(l.b) in opt_ids for l in m.auc)
+    network, ab = m.optimizer_parameters()
+    assert ab["lr"] == 0.01 and [id(p) for p in ab["params"]] == [id(p) for l in m.auc for p in (l.a, l.b)]
+    listed = [id(p) for p in network["params"]] + [id(p) for p in ab["params"]]
+    trainable = [id(p) for p in m.parameters() if p.requires_grad]
+    assert sorted(listed) == sorted(set(trainable) - {id(a) for a in m.alphas()})  # each once, α never
 
 
 def test_alpha_update_rule():
+    """libauc PESG's ascent: α <- clamp(α + lr·(2(m + b − a) − 2α), 0, 999), for losses with α.grad."""
     m = _module()
-    a = m.auc[0].alpha
-    a.grad = torch.tensor([0.5])
-    m.auc[1].alpha.grad = torch.tensor([-3.0])
+    with torch.no_grad():
+        for loss, (a, b, al) in zip(m.auc, [(0.3, 0.1, 0.2), (0.9, -0.5, 0.1)]):
+            loss.a.fill_(a), loss.b.fill_(b), loss.alpha.fill_(al)
+    m.auc[0].alpha.grad = torch.tensor([123.0])  # its value is not used, only that it is set
     m.ascend_alphas()
     assert m.auc[0].alpha.grad is None
-    assert a.item() == pytest.approx(0.05) and m.auc[1].alpha.item() == 0.0
+    assert m.auc[0].alpha.item() == pytest.approx(0.2 + 0.1 * (2 * (1.0 + 0.1 - 0.3) - 2 * 0.2))  # 0.32
+    assert m.auc[1].alpha.item() == pytest.approx(0.1)  # no gradient, no step
+    m.auc[1].alpha.grad = torch.tensor([0.0])
+    with torch.no_grad():
+        m.auc[1].a.fill_(3.0)
+    m.ascend_alphas()  # 0.1 + 0.1·(2(1 − 0.5 − 3) − 0.2) < 0 -> projected to 0
+    assert m.auc[1].alpha.item() == 0.0
+
+
+def test_pdsca_switches_between_ce_and_auc_updates():
+    """libauc PDSCA takes its CE update (SGD at lr0) when told a CE step comes and its AUC
+    update (moving-average gradient at lr) otherwise; the module's a, b are in its list."""
+    from ner_lightning.optim import pdsca, set_pdsca_phase
+
+    w = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = pdsca([{"params": [w]}], lr=0.1, lr0=0.5, beta1=0.0, beta2=0.0, clip_value=10.0,
+                weight_decay=0.0, epoch_decay=0.0)
+    w.grad = torch.tensor([1.0])
+    set_pdsca_phase(opt, auc=False)
+    opt.step()
+    assert w.item() == pytest.approx(0.5)  # lr0 step
+    set_pdsca_phase(opt, auc=True)
+    opt.step()
+    assert w.item() == pytest.approx(0.4)  # lr step
+    m = _module("comauc2t")
+    flat = {id(p) for g in m.optimizer_parameters() for p in g["params"]}
+    opt = pdsca(m.optimizer_parameters(), lr=0.1, lr0=None, beta1=0.99, beta2=0.999, clip_value=1.0,
+                weight_decay=0.0, epoch_decay=0.002)
+    ours = [p for p in opt.params if p.requires_grad]
+    assert {id(p) for p in ours} == flat and [id(p) for p in opt.params[: len(ours)]] == [id(p) for p in ours]
+    assert all(torch.equal(ref, p) for ref, p in zip(opt.model_ref, ours))  # anchored at the start
+
+
+def test_comauc2t_tells_pdsca_its_phases(toy_cfg):
+    from ner_lightning.optim import PhaseSwitch
+
+    m = _module("comauc2t")
+    phases = []
+
+    class Recorder:
+        loss_fn = PhaseSwitch("cpu")
+
+    for step in range(4):
+        m.ce_phase = lambda step=step: step % 2 == 0  # period 1: CE, AUC, CE, AUC
+        m.on_before_optimizer_step(Recorder)
+        phases.append(Recorder.loss_fn.alpha.grad is not None)
+    assert phases == [False, True, False, True]
+    res = train(toy_cfg("loss=comauc2t", "optimizer=pdsca", "data.label_scheme=untyped", "trainer.max_epochs=2"))
+    assert res["status"] == "ok"
 
 
 def test_pesg_anchors_at_start_weights_and_trains(toy_cfg):
     from ner_lightning.optim import pesg
 
     m = _module()
-    params = m.optimizer_parameters()
-    opt = pesg(params, lr=0.01, mode="sgd", clip_value=1.0, weight_decay=0.0, epoch_decay=0.002, momentum=0.9)
+    params = [p for g in m.optimizer_parameters() for p in g["params"]]
+    opt = pesg(m.optimizer_parameters(), lr=0.01, mode="sgd", clip_value=1.0, weight_decay=0.0, epoch_decay=0.002, momentum=0.9)
     assert all(torch.equal(ref, p) for ref, p in zip(opt.model_ref, params))
     assert opt.alpha is None  # α is the module's job, never PESG's
     res = train(toy_cfg("loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped", "trainer.max_epochs=1"))

@@ -1,9 +1,13 @@
-"""What the AUC objectives share: libauc AUC-M losses and the min-max update of α.
+"""What the AUC objectives share: libauc AUC-M losses and the min-max updates of a, b, α.
 
 AUC-M (Yuan et al. 2021; AUC-2T eq. 3, OVA-AUC eq. 1) is min over (w, a, b), max over α ≥ 0.
-The optimiser (AdamW or PESG) updates the network and a, b; α is kept out of it and moved by
-projected gradient ascent after every step: α <- max(0, α + lr_alpha · ∂L/∂α), as libauc's
-PESG does internally.
+The optimiser (AdamW, PESG or PDSCA) updates the network and a, b — a and b in their own
+parameter group at ``lr_ab`` where the optimiser has groups (AdamW): at the encoder's
+learning rate they would barely leave 0, and with a = b = 0 the min-max problem's fixed point
+puts positive scores at 0.5, on the decision threshold. α is kept out of the optimiser and
+moved after every step by libauc PESG's projected ascent,
+α <- clamp(α + lr_alpha · (2(m + b − a) − 2α), 0, 999), which, unlike ∂L/∂α, is not scaled by
+p(1 − p) or by a task weight such as λ = 100 (with that scaling the ascent overshoots).
 """
 from __future__ import annotations
 
@@ -32,20 +36,28 @@ class AUCMinMax:
 
     auc: nn.ModuleList | None
     lr_alpha: float
+    lr_ab: float
 
     def alphas(self) -> list[nn.Parameter]:
         return [loss.alpha for loss in self.auc] if self.auc is not None else []
 
-    def optimizer_parameters(self) -> list[nn.Parameter]:
-        alphas = {id(a) for a in self.alphas()}
-        return [p for p in super().optimizer_parameters() if id(p) not in alphas]
+    def optimizer_parameters(self) -> list[dict]:
+        """Two groups: the network, and the losses' a, b at ``lr_ab``; α in neither."""
+        if self.auc is None:
+            return super().optimizer_parameters()
+        own = {id(p) for loss in self.auc for p in (loss.a, loss.b, loss.alpha)}
+        network = [p for p in self.parameters() if p.requires_grad and id(p) not in own]
+        ab = [p for loss in self.auc for p in (loss.a, loss.b)]
+        return [{"params": network}, {"params": ab, "lr": self.lr_ab}]
 
     def ascend_alphas(self) -> None:
+        """libauc PESG's α step for every loss used since the last call (α.grad set)."""
         with torch.no_grad():
-            for a in self.alphas():
-                if a.grad is not None:
-                    a.add_(self.lr_alpha * a.grad).clamp_(min=0.0)
-                    a.grad = None
+            for loss in self.auc or []:
+                if loss.alpha.grad is not None:
+                    step = 2 * (loss.margin + loss.b - loss.a) - 2 * loss.alpha
+                    loss.alpha.add_(self.lr_alpha * step).clamp_(0.0, 999.0)
+                    loss.alpha.grad = None
 
     def optimizer_step(self, *args, **kwargs):
         super().optimizer_step(*args, **kwargs)

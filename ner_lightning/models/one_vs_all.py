@@ -44,6 +44,7 @@ class OneVsAllModule(AUCMinMax, NERModule):
         margin: float,
         m: int,
         lr_alpha: float,
+        lr_ab: float,
         dropout: float,
         seed: int,
     ):
@@ -53,7 +54,8 @@ class OneVsAllModule(AUCMinMax, NERModule):
         k = len(label_set)
         if objective == "ova_auc_maml" and not 1 <= m <= k:
             raise ValueError(f"loss.m must be between 1 and the number of labels ({k}), got {m}")
-        self.objective, self.m, self.lr_alpha, self.seed = objective, m, lr_alpha, seed
+        self.objective, self.m, self.seed = objective, m, seed
+        self.lr_alpha, self.lr_ab = lr_alpha, lr_ab
         self.dropout = nn.Dropout(dropout)
         self.heads = nn.Linear(encoder.hidden_size, k)
         self.auc = auc_losses(k, margin) if objective != "ova_bce" else None

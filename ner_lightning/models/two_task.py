@@ -2,7 +2,9 @@
 
 ``loss=ce2t``: binary CE on both tasks. ``loss=auc2t``: AUC_M(entity) + λ·AUC_M(begin)
 (eqs. 3-4) with libauc's ``AUCMLoss`` (v1) per task. ``loss=comauc2t``: alternates a
-multi-class CE step over B/I/O with the two-task AUC step, ``period`` steps each.
+multi-class CE step over B/I/O with the two-task AUC step, ``period`` steps each; with
+``optimizer=pdsca`` (libauc's compositional optimiser) the module tells PDSCA which kind of
+step comes next.
 Decoding is the paper's Algorithm 1 (:func:`two_task_decode`). The spans are untyped: the
 data must carry one entity type (``data.label_scheme=untyped`` or ``data.entity_types=[X]``).
 
@@ -20,6 +22,7 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.optim import set_pdsca_phase
 
 OBJECTIVES = ("ce2t", "auc2t", "comauc2t")
 
@@ -52,6 +55,7 @@ class TwoTaskModule(AUCMinMax, NERModule):
         threshold: float,
         period: int,
         lr_alpha: float,
+        lr_ab: float,
         dropout: float,
     ):
         super().__init__(encoder, label_set, optimizer, warmup_ratio)
@@ -64,7 +68,7 @@ class TwoTaskModule(AUCMinMax, NERModule):
                 "one type with data.entity_types=[TYPE]"
             )
         self.objective, self.lam, self.threshold = objective, lam, threshold
-        self.period, self.lr_alpha = period, lr_alpha
+        self.period, self.lr_alpha, self.lr_ab = period, lr_alpha, lr_ab
         self.dropout = nn.Dropout(dropout)
         self.heads = nn.Linear(encoder.hidden_size, 2)  # entity, begin
         self.bio_head = nn.Linear(encoder.hidden_size, 3) if objective == "comauc2t" else None
@@ -77,13 +81,20 @@ class TwoTaskModule(AUCMinMax, NERModule):
         mask = batch["word_mask"]
         states = self.dropout(self.word_states(batch))[mask]
         entity, begin = two_task_targets(self.word_labels(batch)[mask], self.label_set)
-        if self.objective == "comauc2t" and (self.global_step // self.period) % 2 == 0:
+        if self.ce_phase():
             return F.cross_entropy(self.bio_head(states), 2 * entity - begin)  # O 0, B 1, I 2
         s = self.task_scores(states)
         if self.objective == "ce2t":
             return (F.binary_cross_entropy(s[:, 0], entity.float())
                     + self.lam * F.binary_cross_entropy(s[:, 1], begin.float()))
         return self.auc_loss(s, entity, begin)
+
+    def ce_phase(self) -> bool:
+        """COMAUC-2T: whether this step is a multi-class CE step (the first ``period`` of each cycle)."""
+        return self.objective == "comauc2t" and (self.global_step // self.period) % 2 == 0
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        set_pdsca_phase(optimizer, auc=self.objective != "ce2t" and not self.ce_phase())
 
     def auc_loss(self, s: torch.Tensor, entity: torch.Tensor, begin: torch.Tensor) -> torch.Tensor:
         """Eq. 4: AUC_M(entity) + λ·AUC_M(begin) on real words only (boolean-indexed)."""
