@@ -26,3 +26,27 @@ def test_defaults_are_real_data_and_minilm(tmp_path):
     assert cfg.loss._target_.endswith("TokenClassificationModule")
     assert cfg.logger.wandb.mode == "offline" and "csv" in cfg.logger
     assert cfg.data.size == cfg.size and cfg.data.partition == cfg.partition
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml")))
+def test_experiment_grids_name_existing_configs(preset):
+    """Each preset's sweep (hydra.sweeper.params) only names configs that exist."""
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.load(CONFIG_DIR / "experiment" / f"{preset}.yaml").hydra.sweeper.params
+    for value in str(params.loss).split(","):
+        assert (CONFIG_DIR / "loss" / f"{value}.yaml").exists(), f"{preset}: loss={value}"
+    assert {"size", "partition"} <= set(params)
+
+
+@pytest.mark.parametrize("debug", ["fast", "tiny"])
+def test_debug_configs_run(debug, toy_cfg):
+    from ner_lightning.run import train
+
+    cfg = toy_cfg(f"debug={debug}", "data.dev_size=null")
+    res = train(cfg)
+    assert res["status"] == "ok" and 0.0 <= res["test"]["micro"]["f1"] <= 1.0
+    if debug == "fast":  # one batch per stage: one dev evaluation, no checkpoint callback
+        assert cfg.trainer.fast_dev_run and cfg.callbacks == {} and res["best_epoch"] == 0
+    else:
+        assert cfg.model.random_init and res["epochs"] == 2
