@@ -62,6 +62,18 @@ def table(runs: list[dict], by: list[str], metrics: list[str]) -> str:
     return "\n".join(out)
 
 
+def mixed_settings(runs: list[dict], by: list[str], keys=("data.label_scheme", "dataset")) -> list[str]:
+    """Settings that differ between runs but do not define rows: their rows are not comparable
+    (e.g. a two-task loss switches to untyped labels, whose spans are easier to get right)."""
+    notes = []
+    for key in keys:
+        values = sorted({str(lookup(r, key)) for r in runs})
+        if key not in by and len(values) > 1:
+            notes.append(f"note: runs differ in {key} ({', '.join(values)}) — add it to --by; "
+                         "rows with different values are not comparable")
+    return notes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+", type=Path)
@@ -71,7 +83,10 @@ def main() -> None:
     runs, failed = load_runs(args.dirs)
     if not runs and not failed:
         raise SystemExit(f"no results.json under {', '.join(map(str, args.dirs))}")
-    print(table(runs, args.by.split(","), args.metrics.split(",")))
+    by = args.by.split(",")
+    print(table(runs, by, args.metrics.split(",")))
+    for note in mixed_settings(runs, by):
+        print(f"\n{note}")
     if failed:
         print(f"\n{len(failed)} failed cell(s):")
         for f in failed:

@@ -99,8 +99,8 @@ def train(cfg: DictConfig) -> dict:
         Path(ckpt).unlink(missing_ok=True)
     test = results["test"]["micro"] if results["test"] else {}
     log.info(
-        "%s | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f | %d epochs | %.0f s | %s",
-        " ".join(results["overrides"]) or "defaults", cfg.monitor,
+        "%s | %s labels | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f | %d epochs | %.0f s | %s",
+        " ".join(results["overrides"]) or "defaults", cfg.data.label_scheme, cfg.monitor,
         best["metrics"][cfg.monitor] if best else float("nan"), results["best_epoch"],
         test.get("f1", float("nan")), test.get("precision", float("nan")), test.get("recall", float("nan")),
         results["test"]["macro"]["f1"] if results["test"] else float("nan"),

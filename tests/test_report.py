@@ -23,3 +23,14 @@ def test_table_means_sd_and_ranges(tmp_path):
     # rows sorted by key; ce: mean 0.3, sd sqrt(0.02) = 0.1414
     assert out[2] == "| auc2t | 20 | 0.5000 ± 0.0000 [0.5000, 0.5000] | 1 | 5 |"
     assert out[3] == "| ce | 20 | 0.3000 ± 0.1414 [0.2000, 0.4000] | 2 | 20 |"
+
+
+def test_mixed_label_schemes_are_flagged():
+    runs = [{"overrides": ["loss=ce"], "config": {"data": {"label_scheme": "typed"}, "dataset": {"name": "x"}}},
+            {"overrides": ["loss=auc2t"], "config": {"data": {"label_scheme": "untyped"}, "dataset": {"name": "x"}}}]
+    from ner_lightning.report import mixed_settings
+
+    notes = mixed_settings(runs, ["loss", "size"])
+    assert len(notes) == 1 and "data.label_scheme (typed, untyped)" in notes[0]
+    assert mixed_settings(runs, ["loss", "data.label_scheme"]) == []
+    assert mixed_settings(runs[:1], ["loss"]) == []

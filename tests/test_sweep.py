@@ -22,26 +22,31 @@ def job_dirs(cwd: Path):
     return sorted(p.parent for p in (cwd / "multirun").glob("*/*/*/.hydra"))
 
 
-def test_two_cell_multirun_on_real_conll(requires_real_data, tmp_path):
-    proc = run_cli(["-m", "loss=ce", "size=10,20", "model=tiny", "trainer=cpu", "trainer.max_epochs=2", "trainer.min_epochs=1",
-                    "data.dev_size=300"], tmp_path, requires_real_data)
+def test_issue_grid_runs_as_written_on_real_conll(requires_real_data, tmp_path):
+    """`-m loss=auc2t,ce size=20,50` (tiny encoder, 2 epochs): four cells, no failure."""
+    proc = run_cli(["-m", "loss=auc2t,ce", "size=20,50", "model=tiny", "trainer=cpu", "trainer.max_epochs=2",
+                    "trainer.min_epochs=1", "data.dev_size=300"], tmp_path, requires_real_data)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dirs = job_dirs(tmp_path)
-    assert len(dirs) == 2
-    assert dirs[0].name.startswith("0_") and "size=10" in dirs[0].name.split(",")
-    assert dirs[1].name.startswith("1_") and "size=20" in dirs[1].name.split(",")
+    assert len(dirs) == 4
+    assert [d.name.split("_")[0] for d in dirs] == ["0", "1", "2", "3"]
     results = [json.loads((d / "results.json").read_text()) for d in dirs]
-    assert [r["partition"]["size"] for r in results] == [10, 20]
+    cells = [(r["overrides"][0], r["partition"]["size"], r["config"]["data"]["label_scheme"]) for r in results]
+    assert cells == [("loss=auc2t", 20, "untyped"), ("loss=auc2t", 50, "untyped"),
+                     ("loss=ce", 20, "typed"), ("loss=ce", 50, "typed")]
+    assert results[0]["partition"]["sha256"] == results[2]["partition"]["sha256"]  # paired across losses
+    assert results[1]["partition"]["sha256"] == results[3]["partition"]["sha256"]
     for r in results:
-        assert r["config"]["dataset"]["name"] == "conll2003"
+        assert r["status"] == "ok" and r["config"]["dataset"]["name"] == "conll2003"
         assert r["test"]["micro"]["support"] == 5648  # every gold mention of CoNLL-2003 test
         assert r["dev"]["micro"]["support"] > 0 and r["epochs"] == 2
+    assert set(results[0]["test"]["per_type"]) == {"ENT"} and "PER" in results[2]["test"]["per_type"]
     # one W&B group for the sweep, one offline run per cell, each finished
     groups = {r["config"]["group"] for r in results}
     assert len(groups) == 1
     for d in dirs:
         assert list((d / "wandb").glob("offline-run-*")), f"no offline W&B run in {d}"
-    assert "test F1" in proc.stderr + proc.stdout
+    assert "untyped labels" in proc.stderr + proc.stdout and "test F1" in proc.stderr + proc.stdout
 
 
 def test_failing_cell_does_not_take_the_others_down(requires_real_data, tmp_path):
