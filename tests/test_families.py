@@ -39,17 +39,19 @@ def _batch():
     }
 
 
-@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("loss", LOSSES + TWO_TASK + OVA)
 def test_padding_and_continuation_pieces_never_contribute(loss, toy_cfg):
     cfg = toy_cfg(f"loss={loss}")
     torch.manual_seed(0)
     hidden = torch.randn(2, 6, 8)
-    labels = LabelSet(["PER", "LOC"])
+    labels = LabelSet(["ENT"] if loss in TWO_TASK else ["PER", "LOC"])
     module = instantiate(cfg.loss, encoder=FixedEncoder(hidden), label_set=labels)
     if hasattr(getattr(module, "token_loss", None), "fit_counts"):
         module.token_loss.fit_counts(torch.tensor([5, 2, 1, 1, 1]))
     module.eval()  # no dropout: compare exact values
     batch = _batch()
+    if loss in TWO_TASK:  # one entity type: O, B-ENT, I-ENT
+        batch["labels"][1, 3] = 1
 
     def loss_and_grad(h):
         h = h.clone().requires_grad_(True)

@@ -74,3 +74,19 @@ def test_regimes_compose_in_one_grid(requires_real_data, tmp_path):
         assert (after["sentences"] > before["sentences"]) == (resample == "sCR")
     # the same imbalance sample under both resampling settings: paired comparison
     assert by_cell[("none", 0.05)]["partition"]["sha256"] == by_cell[("sCR", 0.05)]["partition"]["sha256"]
+
+
+def test_smoke_multirun_over_every_loss(toy_data_dir, tmp_path):
+    """One `-m` over all 14 objectives (tiny encoder, toy corpus): every cell writes results."""
+    from ner_lightning.config import CONFIG_DIR
+
+    losses = sorted(p.stem for p in (CONFIG_DIR / "loss").glob("*.yaml"))
+    assert len(losses) == 14
+    proc = run_cli(["-m", f"loss={','.join(losses)}", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
+                    "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1"],
+                   tmp_path, toy_data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = sorted((tmp_path / "multirun").rglob("results.json"))  # dataset.dir's "/" nests the dir names
+    assert len(results) == len(losses)
+    done = {json.loads(p.read_text())["overrides"][0] for p in results}
+    assert done == {f"loss={name}" for name in losses}
