@@ -83,7 +83,7 @@ def test_alpha_is_ascended_not_optimised(toy_cfg):
     assert ab["lr"] == 0.01 and [id(p) for p in ab["params"]] == [id(p) for l in m.auc for p in (l.a, l.b)]
     listed = [id(p) for p in network["params"]] + [id(p) for p in ab["params"]]
     trainable = [id(p) for p in m.parameters() if p.requires_grad]
-    assert sorted(listed) == sorted(set(trainable) - {id(a) for a in m.alphas()})  # each once, α never
+    assert sorted(listed) == sorted(set(trainable) - {id(l.alpha) for l in m.auc})  # each once, α never
 
 
 def test_alpha_update_rule():

@@ -38,16 +38,13 @@ class AUCMinMax:
     lr_alpha: float
     lr_ab: float
 
-    def alphas(self) -> list[nn.Parameter]:
-        return [loss.alpha for loss in self.auc] if self.auc is not None else []
-
     def optimizer_parameters(self) -> list[dict]:
         """Two groups: the network, and the losses' a, b at ``lr_ab``; α in neither."""
         if self.auc is None:
             return super().optimizer_parameters()
-        own = {id(p) for loss in self.auc for p in (loss.a, loss.b, loss.alpha)}
-        network = [p for p in self.parameters() if p.requires_grad and id(p) not in own]
         ab = [p for loss in self.auc for p in (loss.a, loss.b)]
+        own = {id(p) for p in ab} | {id(loss.alpha) for loss in self.auc}
+        network = [p for p in self.parameters() if p.requires_grad and id(p) not in own]
         return [{"params": network}, {"params": ab, "lr": self.lr_ab}]
 
     def ascend_alphas(self) -> None:
