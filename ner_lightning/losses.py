@@ -67,25 +67,32 @@ class FocalLoss(TokenLoss):
 
 
 class DiceLoss(TokenLoss):
-    """Self-adjusting Dice as written in the MoM paper eq. 6, one-vs-rest over the K classes.
+    """Self-adjusting Dice, one-vs-rest over the K classes, ℓ = 1 − mean_k DSC_k.
 
-    DSC_k = (2(1 − p_k)^ε p_k y_k + δ) / ((1 − p_k)^ε + y_k + δ) and ℓ = 1 − mean_k DSC_k.
-    (Li et al. 2020 also multiply the denominator's (1 − p)^ε by p; eq. 6 does not, and this
-    follows eq. 6. With ε > 0 the coefficient is not monotonic in p_y; ε = 0 gives plain
-    smoothed Dice.) Finite for every input: the denominator is ≥ δ > 0.
+    ``variant="li2020"`` (``loss=dice``): Li et al. (2020) eq. 12, the loss the MoM paper cites,
+    DSC_k = (2(1 − p_k)^ε p_k y_k + δ) / ((1 − p_k)^ε p_k + y_k + δ).
+    ``variant="eq6"`` (``loss=dice_eq6``): MoM paper eq. 6 as printed, without the p_k factor
+    in the denominator: DSC_k = (2(1 − p_k)^ε p_k y_k + δ) / ((1 − p_k)^ε + y_k + δ). A wrong
+    class's term then grows with its probability, and the loss is minimised below p_y = 0.5.
+    ε = 0 gives plain smoothed Dice in both. Finite for every input (denominators ≥ δ > 0).
     """
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1.0):
+    VARIANTS = ("li2020", "eq6")
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 1.0, variant: str = "li2020"):
         super().__init__()
         if delta <= 0:
             raise ValueError("loss.token_loss.delta must be > 0")
-        self.epsilon, self.delta = epsilon, delta
+        if variant not in self.VARIANTS:
+            raise ValueError(f"loss.token_loss.variant must be one of {self.VARIANTS}, got {variant!r}")
+        self.epsilon, self.delta, self.variant = epsilon, delta, variant
 
     def per_token(self, logits, targets):
         p = logits.softmax(-1)
         y = F.one_hot(targets, p.size(-1)).to(p.dtype)
         a = (1 - p).pow(self.epsilon)
-        dsc = (2 * a * p * y + self.delta) / (a + y + self.delta)
+        denominator = a * p if self.variant == "li2020" else a
+        dsc = (2 * a * p * y + self.delta) / (denominator + y + self.delta)
         return 1 - dsc.mean(-1)
 
 
@@ -94,27 +101,33 @@ BASE_LOSSES = {
     "wce1": lambda cfg: WeightedCrossEntropy("inverse_frequency"),
     "wce2": lambda cfg: WeightedCrossEntropy("log_ratio", cfg["beta"]),
     "focal": lambda cfg: FocalLoss(cfg["gamma"]),
-    "dice": lambda cfg: DiceLoss(cfg["epsilon"], cfg["delta"]),
+    "dice": lambda cfg: DiceLoss(cfg["epsilon"], cfg["delta"], "li2020"),
+    "dice_eq6": lambda cfg: DiceLoss(cfg["epsilon"], cfg["delta"], "eq6"),
 }
 
 
 class MoMLoss(TokenLoss):
     """MoM learning (MoM paper eqs. 1-3): λ·L + (1 − λ)·L_MoM.
 
-    L is the base loss averaged over the batch's words; L_MoM = mean over sentences n of
-    (1/M_n) Σ_{i in n, y_i = O} ℓ(y_i, p_i), M_n the sentence's word count. Eq. 1 prints a
-    leading minus although ℓ is already a loss; here L_MoM is the penalty on O-tokens that is
-    minimised (the minus is dropped), the reading under which λ < 1 adds weight to O-class
-    errors, as the paper describes. λ = 1 gives the base loss exactly.
+    L is the base loss averaged over the batch's words; L_MoM = mean over the batch's sentences
+    n of (1/M) Σ_{i in n, y_i = O} ℓ(y_i, p_i) (eq. 1). ``m``: an int is the paper's constant M,
+    "the number of tokens in the longest sentence" (§III-A), 128 in its experiments (§IV-D,
+    inputs padded to 128); ``"sentence"`` divides by each sentence's own word count instead (an
+    earlier reading: it weighs O tokens ≈ (1 − λ)/λ times more than entity tokens). Eq. 1
+    prints a leading minus although ℓ is already a loss; here L_MoM is the penalty on O-tokens
+    that is minimised (the minus is dropped), the reading under which λ < 1 adds weight to
+    O-class errors, as the paper describes. λ = 1 gives the base loss exactly.
     """
 
-    def __init__(self, base: str, lam: float, outside_id: int = 0, gamma: float = 2.0,
+    def __init__(self, base: str, lam: float, m: int | str = 128, outside_id: int = 0, gamma: float = 2.0,
                  beta: float = 1.0, epsilon: float = 1.0, delta: float = 1.0):
         super().__init__()
         if base not in BASE_LOSSES:
             raise ValueError(f"loss.token_loss.base must be one of {sorted(BASE_LOSSES)}, got {base!r}")
+        if m != "sentence" and not (isinstance(m, int) and m > 0):
+            raise ValueError(f"loss.token_loss.m must be a positive int (the paper's M = 128) or 'sentence', got {m!r}")
         self.base = BASE_LOSSES[base](dict(gamma=gamma, beta=beta, epsilon=epsilon, delta=delta))
-        self.lam, self.outside_id = lam, outside_id
+        self.lam, self.m, self.outside_id = lam, m, outside_id
 
     def fit_counts(self, counts: torch.Tensor) -> None:
         if hasattr(self.base, "fit_counts"):
@@ -124,7 +137,8 @@ class MoMLoss(TokenLoss):
         if sentence is None:
             raise ValueError("MoMLoss needs the sentence index of every word")
         per = self.base.per_token(logits, targets)
-        _, sent, m = torch.unique(sentence, return_inverse=True, return_counts=True)
+        _, sent, length = torch.unique(sentence, return_inverse=True, return_counts=True)
         outside = (targets == self.outside_id).to(per.dtype)
-        l_mom = (per * outside / m[sent]).sum() / len(m)
+        m = length[sent].to(per.dtype) if self.m == "sentence" else float(self.m)
+        l_mom = (per * outside / m).sum() / len(length)
         return self.lam * per.mean() + (1 - self.lam) * l_mom

@@ -6,7 +6,7 @@ from hydra.utils import instantiate
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.run import train
 
-LOSSES = ["ce", "wce1", "wce2", "focal", "dice", "mom", "crf", "bilstm_crf"]
+LOSSES = ["ce", "wce1", "wce2", "focal", "dice", "dice_eq6", "mom", "crf", "bilstm_crf"]
 TWO_TASK = ["ce2t", "auc2t", "comauc2t"]
 OVA = ["ova_bce", "ova_auc", "ova_auc_maml"]
 
@@ -76,3 +76,38 @@ def test_every_loss_trains_and_evaluates(toy_cfg):
         scheme = "data.label_scheme=untyped" if loss in TWO_TASK else "data.label_scheme=typed"
         res = train(toy_cfg(f"loss={loss}", scheme, "trainer.max_epochs=1"))
         assert res["status"] == "ok" and res["test"]["micro"]["support"] > 0, loss
+
+
+@pytest.mark.parametrize("loss", LOSSES + TWO_TASK + OVA)
+def test_every_family_trains_from_scratch_parameters_at_head_lr(loss, toy_cfg):
+    """The encoder at optimizer.lr; heads, CRF transitions, BiLSTM at head_lr in every family;
+    the AUC losses' a, b at lr_ab (default head_lr); α in no group (ascended by the module)."""
+    cfg = toy_cfg(f"loss={loss}", "optimizer.lr=1e-5", "head_lr=3e-3")
+    labels = LabelSet(["ENT"] if loss in TWO_TASK else ["PER", "LOC"])
+    module = instantiate(cfg.loss, encoder=instantiate(cfg.model), label_set=labels)
+    opt = instantiate(cfg.optimizer)(params=module.optimizer_parameters())
+    lr = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    encoder = {id(p) for p in module.encoder.parameters()}
+    alphas = {id(l.alpha) for l in getattr(module, "auc", None) or []}
+    for name, p in module.named_parameters():
+        if id(p) in alphas:
+            assert id(p) not in lr, name
+        else:
+            assert lr[id(p)] == (1e-5 if id(p) in encoder else 3e-3), name
+    if loss in ("crf", "bilstm_crf"):
+        assert lr[id(module.crf.transitions)] == 3e-3
+    assert len(lr) == sum(1 for _ in module.parameters()) - len(alphas)
+    assert module.head_lr == 3e-3
+
+
+def test_head_lr_null_means_one_learning_rate(toy_cfg):
+    cfg = toy_cfg("loss=crf", "optimizer.lr=1e-5", "head_lr=null")
+    module = instantiate(cfg.loss, encoder=instantiate(cfg.model), label_set=LabelSet(["PER"]))
+    opt = instantiate(cfg.optimizer)(params=module.optimizer_parameters())
+    assert {g["lr"] for g in opt.param_groups} == {1e-5}
+
+
+def test_results_record_compute_and_learning_rates(toy_cfg):
+    res = train(toy_cfg("loss=crf", "trainer.max_epochs=2", "size=8", "data.batch_size=4", "head_lr=2e-3"))
+    assert res["compute"] == {"train_batches": 4, "optimizer_steps": 4, "train_forward_passes": 4,
+                              "init_seed": 42, "encoder_lr": 5e-5, "head_lr": 2e-3}

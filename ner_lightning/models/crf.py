@@ -28,11 +28,12 @@ class CRFModule(NERModule):
         label_set: LabelSet,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_ratio: float,
+        head_lr: float | None,
         dropout: float,
         lstm_hidden: int | None,
         constrain_transitions: bool,
     ):
-        super().__init__(encoder, label_set, optimizer, warmup_ratio)
+        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
         self.dropout = nn.Dropout(dropout)
         width = encoder.hidden_size
         self.lstm = None

@@ -6,10 +6,9 @@ per batch (Algorithm 1). ``loss=ova_auc_maml``: per step, ``m`` labels sampled r
 from the seed, one step on their summed AUC_M (Algorithm 2, first order). Prediction is the
 argmax of the K sigmoid scores (eq. 2).
 
-The AUC variants take several optimiser steps per batch, so they use Lightning's manual
-optimisation: the module clips gradients itself with the Trainer's ``gradient_clip_val``
-(which it takes over, since Lightning refuses automatic clipping in manual mode), steps the
-learning-rate schedule once per batch, and moves each α by projected gradient ascent.
+The AUC variants take several optimiser steps per batch, so they use the shared manual loop
+of ``NERModule`` (clipping with the Trainer's ``gradient_clip_val``, the learning-rate
+schedule stepped once per batch, α ascended after each step).
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from torch import nn
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
-from ner_lightning.models.base import NERModule
+from ner_lightning.models.base import NERModule, Step
 from ner_lightning.models.encoder import TransformerEncoder
 
 OBJECTIVES = ("ova_bce", "ova_auc", "ova_auc_maml")
@@ -40,15 +39,16 @@ class OneVsAllModule(AUCMinMax, NERModule):
         label_set: LabelSet,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_ratio: float,
+        head_lr: float | None,
         objective: str,
         margin: float,
         m: int,
         lr_alpha: float,
-        lr_ab: float,
+        lr_ab: float | None,
         dropout: float,
         seed: int,
     ):
-        super().__init__(encoder, label_set, optimizer, warmup_ratio)
+        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
         if objective not in OBJECTIVES:
             raise ValueError(f"loss.objective must be one of {OBJECTIVES}, got {objective!r}")
         k = len(label_set)
@@ -60,7 +60,6 @@ class OneVsAllModule(AUCMinMax, NERModule):
         self.heads = nn.Linear(encoder.hidden_size, k)
         self.auc = auc_losses(k, margin) if objective != "ova_bce" else None
         self.automatic_optimization = objective == "ova_bce"
-        self.clip_val: float | None = None
         self.label_steps: list[list[int]] = []  # the label groups of every optimiser step taken
 
     # --- scores and losses -----------------------------------------------------------------------
@@ -94,26 +93,10 @@ class OneVsAllModule(AUCMinMax, NERModule):
         return [row[m].tolist() for row, m in zip(best, batch["word_mask"])]
 
     # --- optimisation ------------------------------------------------------------------------------
-    def configure_callbacks(self):
-        if not self.automatic_optimization and self.trainer is not None:
-            self.clip_val, self.trainer.gradient_clip_val = self.trainer.gradient_clip_val, None
-        return []
-
-    def training_step(self, batch: dict, batch_idx: int):
-        if self.automatic_optimization:
-            return super().training_step(batch, batch_idx)
-        opt, sched = self.optimizers(), self.lr_schedulers()
-        total = 0.0
+    def optimisation_steps(self, batch: dict) -> list[Step]:
+        """One step per label group (Algorithm 1: B, I, O; Algorithm 2: m sampled labels)."""
+        steps = []
         for labels in self.step_groups():
-            s, y = self.label_scores(batch)  # a fresh forward per step
-            loss = self.auc_loss(s, y, labels)
-            opt.zero_grad()
-            self.manual_backward(loss)
-            if self.clip_val:
-                self.clip_gradients(opt, gradient_clip_val=self.clip_val, gradient_clip_algorithm="norm")
-            opt.step()
-            self.ascend_alphas()
             self.label_steps.append(labels)
-            total += float(loss.detach())
-        sched.step()
-        self.log("train/loss", total, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["input_ids"].size(0))
+            steps.append(Step("auc", lambda labels=labels: self.auc_loss(*self.label_scores(batch), labels)))
+        return steps

@@ -28,9 +28,10 @@ class TokenClassificationModule(NERModule):
         token_loss: TokenLoss,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_ratio: float,
+        head_lr: float | None,
         dropout: float,
     ):
-        super().__init__(encoder, label_set, optimizer, warmup_ratio)
+        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
         self.token_loss = token_loss
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(encoder.hidden_size, len(label_set))
