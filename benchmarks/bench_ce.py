@@ -72,7 +72,10 @@ def run_plain(cfg) -> dict:
                                            collate_fn=collator, generator=g)
     test_dl = torch.utils.data.DataLoader(test_ds, batch_size=cfg.data.eval_batch_size, collate_fn=collator)
     epochs = cfg.trainer.max_epochs
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay)
+    head = list(model.classifier.parameters())  # trained from scratch: head_lr, as in the framework
+    body = [p for p in model.parameters() if all(p is not h for h in head)]
+    groups = [{"params": body}, {"params": head, "lr": cfg.head_lr or cfg.optimizer.lr}]
+    opt = torch.optim.AdamW(groups, lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay)
     total = epochs * len(train_dl)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.loss.warmup_ratio * total), total)
 

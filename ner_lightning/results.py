@@ -31,3 +31,39 @@ def best_epoch(history: list[dict], monitor: str) -> dict | None:
         if best is None or row["metrics"][monitor] > best["metrics"][monitor]:
             best = row
     return best
+
+
+# Flat names of what a grid varies -> their dotted path in the resolved config. Logged as
+# top-level W&B config values (group-by and parallel coordinates without JSON paths) and
+# written to results.json as "grid".
+GRID_PATHS = {
+    "size": "size", "partition": "partition", "seed": "seed", "init_seed": "init_seed",
+    "monitor": "monitor", "head_lr": "head_lr", "lr": "optimizer.lr", "max_epochs": "trainer.max_epochs",
+    "label_scheme": "data.label_scheme", "entity_types": "data.entity_types",
+    "entity_share": "data.imbalance.entity_share", "resample": "data.resample",
+    "resample_variant": "data.resample_variant", "undersample": "data.undersample",
+    "augment": "data.augment.methods", "dev_size": "data.dev_size",
+}
+CHOSEN_GROUPS = ("dataset", "model", "loss", "optimizer", "experiment")
+
+
+def grid_keys(cfg, overrides: list[str]) -> dict:
+    """The config groups chosen (``loss: auc2t`` …), the grid's axes by flat name, and every
+    command-line override as ``key_with_underscores: value`` (e.g. ``loss_lam: 0.175``)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    try:
+        choices = dict(HydraConfig.get().runtime.choices)
+    except ValueError:
+        choices = {}
+    flat = {g: choices.get(g) for g in CHOSEN_GROUPS}
+    for name, path in GRID_PATHS.items():
+        value = OmegaConf.select(cfg, path)
+        flat[name] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    given = {}
+    for o in overrides:  # the last of repeated overrides wins, as in Hydra
+        key, _, value = o.lstrip("+~").partition("=")
+        given[key.replace(".", "_").replace("/", "_")] = value
+    flat.update({k: v for k, v in given.items() if k not in flat})
+    return {k: ",".join(map(str, v)) if isinstance(v, list) else v for k, v in flat.items()}

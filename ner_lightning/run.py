@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning.callbacks import TokenThroughput
-from ner_lightning.results import best_epoch, write_json_atomic
+from ner_lightning.results import best_epoch, grid_keys, write_json_atomic
 
 log = logging.getLogger("ner_lightning")
 
@@ -56,8 +56,9 @@ def train(cfg: DictConfig) -> dict:
     callbacks = _instantiate_group(cfg.get("callbacks"))
     loggers = _instantiate_group(cfg.get("logger"))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    for lg in loggers:
-        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    grid = grid_keys(cfg, _overrides())
+    for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
+        lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})
 
     before, after = partition["training_set"]["before"], partition["training_set"]["after"]
     log.info("train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
@@ -78,6 +79,7 @@ def train(cfg: DictConfig) -> dict:
     results = {
         "status": "ok",
         "overrides": _overrides(),
+        "grid": grid,
         "config": OmegaConf.to_container(cfg, resolve=True),
         "partition": {k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
         "partition_file": "partition.json",
@@ -85,6 +87,7 @@ def train(cfg: DictConfig) -> dict:
         "dev": best["scores"] if best else None,
         "best_epoch": best["epoch"] if best else None,
         "monitor": cfg.monitor,
+        "dev_monitor": best["metrics"][cfg.monitor] if best else None,
         "test": module.scores.get("test"),
         "epochs": trainer.current_epoch,
         "global_steps": trainer.global_step,
@@ -106,6 +109,7 @@ def train(cfg: DictConfig) -> dict:
         "throughput": throughput,
     }
     write_json_atomic(out_dir / "results.json", results)
+    _summarise_wandb(loggers, results)
     if ckpt and not cfg.keep_checkpoint:
         Path(ckpt).unlink(missing_ok=True)
     nan = float("nan")
@@ -124,10 +128,12 @@ def train(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    """Runs one cell; returns its best dev ``monitor`` value — never a test score — for sweepers
+    that optimise the return value."""
     out_dir = Path(cfg.paths.output_dir)
     try:
         results = train(cfg)
-        return results["test"]["micro"]["f1"] if results["test"] else None
+        return results["dev_monitor"]
     except BaseException as err:
         write_json_atomic(out_dir / "failure.json", {
             "status": "failed",
@@ -140,6 +146,22 @@ def main(cfg: DictConfig) -> float | None:
         raise
     finally:
         _finish_wandb()
+
+
+def _summarise_wandb(loggers: list, results: dict) -> None:
+    """Best-epoch dev scores, test scores of both modes and compute into the W&B run summary."""
+    from pytorch_lightning.loggers import WandbLogger
+
+    from ner_lightning.metrics import flat_scores
+
+    summary = {f"compute/{k}": v for k, v in results["compute"].items()}
+    summary["best_epoch"] = results["best_epoch"]
+    for split, stage in (("dev", "best_val"), ("test", "test")):
+        if results[split]:
+            summary.update(flat_scores(results[split], stage))
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            lg.experiment.summary.update(summary)
 
 
 def _finish_wandb() -> None:

@@ -1,61 +1,164 @@
+"""Report: statistics against scipy/numpy and hand computation on hand-made results, tables
+and figures written."""
 import json
+import math
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from ner_lightning.report import load_runs, table
-
-
-def _write(d, name, loss, size, f1, wall):
-    p = d / name
-    p.mkdir(parents=True)
-    (p / "results.json").write_text(json.dumps({
-        "overrides": [f"loss={loss}", f"size={size}"], "config": {"size": size, "dataset": {"name": "toy"}},
-        "test": {"micro": {"f1": f1}, "macro": {"f1": f1 / 2}}, "wall_time_s": wall}))
+from ner_lightning.report import comparisons, load_runs, mixed_settings, paper_table, summary_table
+from ner_lightning.report.__main__ import main
+from ner_lightning.report.stats import bootstrap_mean, holm, paired_compare
 
 
-def test_table_means_sd_and_ranges(tmp_path):
-    _write(tmp_path, "0", "ce", 20, 0.2, 10)
-    _write(tmp_path, "1", "ce", 20, 0.4, 30)
-    _write(tmp_path, "2", "auc2t", 20, 0.5, 5)
-    (tmp_path / "3").mkdir()
-    (tmp_path / "3" / "failure.json").write_text(json.dumps({"error": "ValueError: boom"}))
-    runs, failed = load_runs([tmp_path])
-    assert len(runs) == 3 and len(failed) == 1
-    out = table(runs, ["loss", "size"], ["test.micro.f1"]).splitlines()
-    # rows sorted by key; ce: mean 0.3, sd sqrt(0.02) = 0.1414
-    assert out[2] == "| auc2t | 20 | 0.5000 ± 0.0000 [0.5000, 0.5000] | 1 | 5 |"
-    assert out[3] == "| ce | 20 | 0.3000 ± 0.1414 [0.2000, 0.4000] | 2 | 20 |"
+def _result(loss, size, partition, f1, sha=None, wall=10.0, per_type=None, config=None):
+    return {"overrides": [f"loss={loss}", f"size={size}", f"partition={partition}"],
+            "config": {"size": size, "partition": partition, "seed": 42, "dataset": {"name": "toy"}, **(config or {})},
+            "partition": {"sha256": sha or f"{size}-{partition}", "partition": partition},
+            "compute": {"init_seed": 42},
+            "test": {"micro": {"f1": f1}, "macro": {"f1": f1 / 2}, "per_type": per_type or {"PER": {"f1": f1}}},
+            "dev": {"micro": {"f1": f1 + 0.01}}, "wall_time_s": wall}
+
+
+def _write(root, name, result):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps(result))
+
+
+CE = {20: [0.45, 0.52, 0.56, 0.30], 50: [0.60, 0.62, 0.58, 0.66]}
+MOM = {20: [0.50, 0.61, 0.55, 0.40], 50: [0.61, 0.64, 0.60, 0.65]}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    tmp_path = tmp_path / "sweep"
+    i = 0
+    for loss, table in (("ce", CE), ("mom", MOM)):
+        for size, f1s in table.items():
+            for p, f1 in enumerate(f1s):
+                _write(tmp_path, str(i), _result(loss, size, p, f1))
+                i += 1
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "failure.json").write_text(json.dumps({"error": "ValueError: boom"}))
+    return tmp_path
+
+
+def test_bootstrap_mean_is_scipys_percentile_bootstrap():
+    x = [0.2, 0.4, 0.35, 0.5]
+    e = bootstrap_mean(x, resamples=2000, seed=3)
+    ref = stats.bootstrap((np.array(x),), np.mean, n_resamples=2000, method="percentile", rng=np.random.default_rng(3))
+    assert e.mean == pytest.approx(0.3625) and e.n == 4
+    assert e.se == pytest.approx(ref.standard_error) and e.low == pytest.approx(ref.confidence_interval.low)
+    assert e.low <= e.mean <= e.high
+    assert bootstrap_mean([0.3, 0.3]).se == 0.0 and math.isnan(bootstrap_mean([0.3]).se)
+
+
+def test_paired_comparison_known_difference():
+    x, y = MOM[20], CE[20]
+    c = paired_compare(x, y, resamples=5000, seed=0)
+    assert c.n == 4 and c.diff.mean == pytest.approx((0.05 + 0.09 - 0.01 + 0.10) / 4)  # 0.0575 by hand
+    assert c.p_ttest == pytest.approx(stats.ttest_rel(x, y).pvalue)
+    assert c.p_wilcoxon == pytest.approx(stats.wilcoxon(x, y).pvalue)
+    assert 0 <= c.p_bootstrap <= 1
+    same = paired_compare([0.5, 0.6, 0.7], [0.5, 0.6, 0.7])
+    assert same.diff.mean == 0 and same.p_bootstrap == 1.0 and same.p_ttest == 1.0
+    shifted = paired_compare([0.6, 0.7, 0.8], [0.5, 0.6, 0.7])  # every partition +0.1
+    assert shifted.p_bootstrap == 0.0 and shifted.diff.mean == pytest.approx(0.1)
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.03, 0.04 (m = 3): 0.03, max(0.03, 0.06) = 0.06, max(0.06, 0.04) = 0.06
+    assert holm([0.01, 0.04, 0.03, math.nan])[:3] == pytest.approx([0.03, 0.06, 0.06])
+    assert math.isnan(holm([0.01, math.nan])[1]) and holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_summary_table_reports_missing_partitions(sweep):
+    (sweep / "0" / "results.json").unlink()  # ce, size 20, partition 0 gone
+    runs, failed = load_runs([sweep])
+    assert len(runs) == 15 and len(failed) == 1
+    out = summary_table(runs, ["loss", "size"], ["test.micro.f1"], 1000, 0).splitlines()
+    e = bootstrap_mean(CE[20][1:], 1000, 0)
+    assert out[2] == (f"| ce | 20 | {e.mean:.4f} ± {e.se:.4f} [{e.low:.4f}, {e.high:.4f}] | 3 | 0 | 10 |")
+    assert out[3].startswith("| ce | 50 |") and out[3].endswith("| 4 | – | 10 |")
+
+
+def test_comparisons_pair_by_partition_and_holm_across_the_table(sweep):
+    runs, _ = load_runs([sweep])
+    found = comparisons(runs, ["loss", "size"], ["test.micro.f1"], "loss=ce", 2000, 0)
+    assert [k for k, _, _ in found] == [("mom", "20"), ("mom", "50")]
+    for (_, size), _, c in found:
+        assert c.diff.mean == pytest.approx(np.mean(np.array(MOM[int(size)]) - np.array(CE[int(size)])))
+    assert [c.p_holm for _, _, c in found] == pytest.approx(holm([c.p_wilcoxon for _, _, c in found]))
+    found = comparisons(runs, ["loss", "size"], ["test.micro.f1"], "loss=ce", 2000, 0, test="ttest")
+    assert [c.p_holm for _, _, c in found] == pytest.approx(holm([c.p_ttest for _, _, c in found]))
+
+
+def test_unpaired_partitions_are_refused(tmp_path):
+    _write(tmp_path, "a", _result("ce", 20, 0, 0.5, sha="aaa"))
+    _write(tmp_path, "b", _result("mom", 20, 0, 0.6, sha="bbb"))
+    runs, _ = load_runs([tmp_path])
+    with pytest.raises(SystemExit, match="refusing to pair"):
+        comparisons(runs, ["loss", "size"], ["test.micro.f1"], "loss=ce", 100, 0)
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        comparisons(runs, ["loss"], ["test.micro.f1"], "optimizer=adamw", 100, 0)
+
+
+def test_paper_table_marks_best_second_and_significance(sweep, tmp_path):
+    _write(sweep, "z", _result("dice", 50, 0, 0.10))
+    runs, _ = load_runs([sweep])
+    md = paper_table(runs, "loss", "size", "test.micro.f1", "ce", 0.05, 2000, 0, test="bootstrap").splitlines()
+    assert md[0] == "| loss | size=20 | size=50 |"
+    ce, dice, mom = md[2], md[3], md[4]
+    # mom − ce at size 20: +0.05, +0.09, −0.01, +0.10: the bootstrap (Holm over 2) calls it a difference
+    assert mom.split("|")[2].endswith("† ") and "†" not in mom.split("|")[3]
+    assert ce.startswith("| ce | <u>0.4575</u>") and mom.startswith("| mom | **0.5150**")
+    assert "**0.6250**" in mom and "<u>0.6150</u>" in ce and dice.startswith("| dice | – | 0.1000<sub>–</sub>")
+    latex = paper_table(runs, "loss", "size", "test.micro.f1", None, 0.05, 200, 0, "latex")
+    assert latex.startswith("\\begin{tabular}{lrr}") and "\\textbf{0.5150}" in latex and "\\bottomrule" in latex
+    csv_rows = paper_table(runs, "loss", "size", "test.micro.f1", None, 0.05, 200, 0, "csv").splitlines()
+    assert csv_rows[0] == "loss,size,mean,se,ci_low,ci_high,n,differs_from_baseline" and len(csv_rows) == 6
 
 
 def test_mixed_label_schemes_are_flagged():
     runs = [{"overrides": ["loss=ce"], "config": {"data": {"label_scheme": "typed"}, "dataset": {"name": "x"}}},
             {"overrides": ["loss=auc2t"], "config": {"data": {"label_scheme": "untyped"}, "dataset": {"name": "x"}}}]
-    from ner_lightning.report import mixed_settings
-
     notes = mixed_settings(runs, ["loss", "size"])
     assert len(notes) == 1 and "data.label_scheme (typed, untyped)" in notes[0]
     assert mixed_settings(runs, ["loss", "data.label_scheme"]) == []
     assert mixed_settings(runs[:1], ["loss"]) == []
 
 
-def test_paired_t_test_matches_scipy_and_pairs_by_partition():
-    from scipy import stats
+def test_command_line_writes_tables_and_figures(sweep, tmp_path, capsys):
+    lam_dir = tmp_path / "lam"
+    for i, (lam, f1) in enumerate([(0.1, 0.3), (1.0, 0.4), (10.0, 0.35), (0.1, 0.32), (1.0, 0.45), (10.0, 0.3)]):
+        r = _result("mom", 50, i // 3, f1, config={"loss": {"lam": lam}})
+        r["overrides"].append(f"loss.lam={lam}")
+        _write(lam_dir, str(i), r)
+    figs = tmp_path / "figs"
+    main([str(sweep), "--by", "loss,size", "--baseline", "loss=ce", "--paper", "loss:size", "--plots", str(figs),
+          "--resamples", "500"])
+    out = capsys.readouterr().out
+    assert "Paired comparisons against loss=ce" in out and "| mom | 20 | test.micro.f1 |" in out
+    assert "1 failed cell(s)" in out
+    for name in ("test_micro_f1_vs_size", "per_type_f1_size20", "per_type_f1_size50", "paired_diff_vs_ce"):
+        assert (figs / f"{name}.png").stat().st_size > 1000 and (figs / f"{name}.svg").is_file(), name
+    main([str(lam_dir), "--by", "loss,loss.lam", "--plots", str(figs), "--resamples", "200"])
+    assert (figs / "f1_vs_loss_lam.png").stat().st_size > 1000
 
-    from ner_lightning.report import paired_tests
 
-    def run(loss, sha, f1):
-        return {"overrides": [f"loss={loss}"], "config": {"seed": 42, "size": 20}, "partition": {"sha256": sha},
-                "test": {"macro": {"f1": f1}}, "wall_time_s": 1}
+def test_wandb_summary_run_reads_back(sweep, tmp_path):
+    """The offline summary run, read back with W&B's own inspector: table and figures logged."""
+    from ner_lightning.report.wandb_summary import read_offline_run
 
-    mom = [0.50, 0.61, 0.55, 0.40]
-    ce = [0.45, 0.52, 0.56, 0.30]
-    # listed in a different order for ce: pairing must follow the partition, not the order
-    runs = [run("mom", s, f) for s, f in zip("abcd", mom)] + [run("ce", s, f) for s, f in reversed(list(zip("abcd", ce)))]
-    out = paired_tests(runs, ["loss", "size"], ["test.macro.f1"], "loss=mom", 0.05).splitlines()
-    t, p = stats.ttest_rel(ce, mom)
-    diff = sum(c - m for c, m in zip(ce, mom)) / 4  # by hand: (-0.05 - 0.09 + 0.01 - 0.10) / 4 = -0.0575
-    assert diff == pytest.approx(-0.0575)
-    assert len(out) == 3 and out[2] == (f"| ce | 20 | test.macro.f1 | {diff:+.4f} | {t:.3f} | {p:.4f} | 4 | "
-                                        f"{'yes' if p < 0.05 else 'no'} |")
-    with pytest.raises(SystemExit, match="KEY=VALUE"):
-        paired_tests(runs, ["loss"], ["test.macro.f1"], "optimizer=adamw", 0.05)
+    figs = tmp_path / "figs"
+    main([str(sweep), "--by", "loss,size", "--plots", str(figs), "--wandb", "offline", "--resamples", "200"])
+    (folder,) = list((sweep / "wandb").glob("offline-run-*"))
+    run = read_offline_run(folder)
+    assert run["config"]["report_by"] == "loss,size" and run["config"]["runs"] == 16
+    assert run["summary"]["summary_table._type"] == "table-file"
+    assert run["summary"]["figures/test_micro_f1_vs_size._type"] == "image-file"
+    table = json.loads((folder / "files" / run["summary"]["summary_table.path"]).read_text())
+    row = dict(zip(table["columns"], table["data"][0]))
+    assert row["loss"] == "ce" and row["size"] == "20" and row["test.micro.f1 mean"] == pytest.approx(0.4575)

@@ -44,8 +44,16 @@ def test_issue_grid_runs_as_written_on_real_conll(requires_real_data, tmp_path):
     # one W&B group for the sweep, one offline run per cell, each finished
     groups = {r["config"]["group"] for r in results}
     assert len(groups) == 1
-    for d in dirs:
-        assert list((d / "wandb").glob("offline-run-*")), f"no offline W&B run in {d}"
+    from ner_lightning.report.wandb_summary import read_offline_run
+
+    for d, r in zip(dirs, results):
+        (folder,) = list((d / "wandb").glob("offline-run-*"))
+        wb = read_offline_run(folder)  # group-by keys at the top of the config, test scores in the summary
+        assert wb["config"]["loss"] == r["overrides"][0].split("=")[1] and wb["config"]["size"] == r["partition"]["size"]
+        assert wb["config"]["config"]["data"]["label_scheme"] == r["config"]["data"]["label_scheme"]
+        assert wb["summary"]["test/f1"] == pytest.approx(r["test"]["micro"]["f1"])
+        assert wb["summary"]["test/f1_lenient"] == pytest.approx(r["test"]["lenient"]["micro"]["f1"])
+        assert wb["summary"]["compute/optimizer_steps"] == r["compute"]["optimizer_steps"]
     assert "untyped labels" in proc.stderr + proc.stdout and "test F1" in proc.stderr + proc.stdout
 
 
@@ -77,11 +85,11 @@ def test_regimes_compose_in_one_grid(requires_real_data, tmp_path):
 
 
 def test_smoke_multirun_over_every_loss(toy_data_dir, tmp_path):
-    """One `-m` over all 14 objectives (tiny encoder, toy corpus): every cell writes results."""
+    """One `-m` over all 15 objectives (tiny encoder, toy corpus): every cell writes results."""
     from ner_lightning.config import CONFIG_DIR
 
     losses = sorted(p.stem for p in (CONFIG_DIR / "loss").glob("*.yaml"))
-    assert len(losses) == 14
+    assert len(losses) == 15
     proc = run_cli(["-m", f"loss={','.join(losses)}", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
                     "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1"],
                    tmp_path, toy_data_dir)

@@ -1,0 +1,90 @@
+"""Aggregate the ``results.json`` of one or more sweep folders.
+
+    python -m ner_lightning.report multirun/2026-11-22/17-04-43-949171 --by loss,size
+    python -m ner_lightning.report DIR --by loss,size --metrics test.micro.f1,test.lenient.micro.f1 --baseline loss=ce
+    python -m ner_lightning.report DIR --by loss,size --metrics test.macro.f1 --paper loss:size --baseline loss=ce
+    python -m ner_lightning.report DIR --by loss,size --baseline loss=ce --plots docs/results/figures/x
+
+Rows group the runs by config keys (dotted paths into the resolved config; ``loss``, ``model``
+and ``dataset`` mean the option chosen on the command line). Every metric is a dotted path into
+results.json (``test.micro.f1``, ``test.lenient.macro.f1``, ``test.per_type.PER.f1``,
+``compute.optimizer_steps`` …) and is reported as mean ± bootstrap standard error [95 %
+percentile CI] over the runs of a row (the partitions), with n and the partitions missing.
+
+``--baseline KEY=VALUE`` compares every row with the row that has KEY=VALUE and the same other
+``--by`` values, on the partitions both have (same sentences, refused otherwise): mean difference
+with its bootstrap CI and three paired p-values: bootstrap, Wilcoxon signed-rank and t-test (the
+MoM paper's); ``--test`` picks the one that decides significance after Holm's correction across
+the table (default wilcoxon: exact and distribution-free, but it cannot reach p < 0.05 with fewer
+than 6 pairs; the bootstrap p is anti-conservative with so few). ``--paper METHOD:COLUMN`` prints a paper-style table
+per metric (``--format md|latex|csv``); ``--plots DIR`` writes the figures (PNG + SVG);
+``--wandb`` logs a summary run with the table and figures into the sweep's W&B group.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ner_lightning.report.runs import load_runs, mixed_settings
+from ner_lightning.report.tables import comparison_table, comparisons, paper_table, summary_table
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m ner_lightning.report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("--by", default="loss,size", help="comma-separated config keys that define a row")
+    ap.add_argument("--metrics", default="test.micro.f1,test.macro.f1")
+    ap.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparisons against this row, e.g. loss=ce")
+    ap.add_argument("--paper", metavar="METHOD:COLUMN", help="paper-style table, e.g. loss:size")
+    ap.add_argument("--format", choices=("md", "latex", "csv"), default="md", help="format of --paper tables")
+    ap.add_argument("--plots", type=Path, metavar="DIR", help="write the figures the sweep allows here")
+    ap.add_argument("--alpha", type=float, default=0.05, help="significance level (after Holm's correction)")
+    ap.add_argument("--test", choices=("wilcoxon", "bootstrap", "ttest"), default="wilcoxon",
+                    help="the paired test that decides significance (all three p-values are printed)")
+    ap.add_argument("--wandb", choices=("offline", "online"), help="log a summary run (table + figures) into the "
+                    "sweep's W&B group, offline by default: `wandb sync` uploads it later")
+    ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    args = ap.parse_args(argv)
+    runs, failed = load_runs(args.dirs)
+    if not runs and not failed:
+        raise SystemExit(f"no results.json under {', '.join(map(str, args.dirs))}")
+    by, metrics = args.by.split(","), args.metrics.split(",")
+    print(summary_table(runs, by, metrics, args.resamples, args.seed))
+    for note in mixed_settings(runs, by):
+        print(f"\n{note}")
+    if args.baseline:
+        print(f"\nPaired comparisons against {args.baseline} (pairs = same partition sentences and init seed):\n")
+        found = comparisons(runs, by, metrics, args.baseline, args.resamples, args.seed, args.test)
+        print(comparison_table(found, by, args.baseline, args.alpha, args.test))
+    base_value = args.baseline.partition("=")[2] if args.baseline else None
+    if args.paper:
+        method_key, _, column_key = args.paper.partition(":")
+        for m in metrics:
+            print(f"\n{m} — mean with bootstrap SE; best bold, second underlined"
+                  + (f"; † differs from {base_value} ({args.test}, Holm, α={args.alpha})" if base_value else "")
+                  + ":\n")
+            print(paper_table(runs, method_key, column_key, m, base_value, args.alpha, args.resamples, args.seed,
+                              args.format, args.test))
+    written = []
+    if args.plots:
+        from ner_lightning.report.plots import render
+
+        written = render(runs, args.plots, by[0], metrics[0], base_value, args.resamples, args.seed)
+        print(f"\n{len(written)} figure files in {args.plots}: " + ", ".join(sorted({p.stem for p in written})))
+    if args.wandb and runs:
+        from ner_lightning.report.wandb_summary import publish
+
+        folder = publish(runs, by, metrics, written, args.dirs[0], args.wandb, args.resamples, args.seed)
+        print(f"\nW&B summary run ({args.wandb}): {folder}")
+    if failed:
+        print(f"\n{len(failed)} failed cell(s):")
+        for f in failed:
+            print(f"- {f.parent.name}: {json.loads(f.read_text())['error'].splitlines()[0]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Figures of a sweep (matplotlib, PNG + SVG), named after what they show. ``render`` draws
+every figure the sweep's axes allow:
+
+* ``<metric>_vs_size``: the metric against training-set size (log x), mean and 95 % bootstrap
+  band per method (AUC-2T paper Fig. 4 style) — when ``size`` varies;
+* ``f1_vs_<key>``: dev and test metric against any other swept numeric key (λ, entity share,
+  learning rate …; log x when it spans a decade; AUC-2T Fig. 3 style);
+* ``per_type_f1_size<N>``: per-type test F1 bars per method;
+* ``paired_diff_vs_<baseline>``: method − baseline per partition (dots) and its mean, per size.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ner_lightning.report.runs import group, lookup, sort_key  # noqa: E402
+from ner_lightning.report.stats import bootstrap_mean  # noqa: E402
+from ner_lightning.report.tables import _pairs, values  # noqa: E402
+
+FIXED = {"size", "partition", "seed", "init_seed", "loss", "model", "dataset", "experiment", "hydra.sweep.dir"}
+
+
+def _save(fig, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.svg"]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
+
+def _numeric(xs) -> bool:
+    try:
+        [float(x) for x in xs]
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _label(metric: str) -> str:
+    return metric.replace("test.", "test ").replace("dev.", "dev ").replace(".", " ")
+
+
+def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_x) -> list[Path]:
+    """One line + 95 % band per (method, metric) against ``x_key``."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for metric, style in zip(metrics, ("-", "--", ":")):
+        for method, rs in group(runs, [method_key]).items():
+            pts = []
+            for (x,), cell in group([r for r in rs if lookup(r, x_key) is not None], [x_key]).items():
+                e = bootstrap_mean(values(cell, metric), resamples, seed)
+                if e.n:
+                    pts.append((float(x), e))
+            if not pts:
+                continue
+            xs = [p[0] for p in pts]
+            line, = ax.plot(xs, [p[1].mean for p in pts], style, marker="o", label=f"{method[0]} ({_label(metric)})"
+                            if len(metrics) > 1 else method[0])
+            lows = [p[1].low if p[1].n > 1 else p[1].mean for p in pts]
+            highs = [p[1].high if p[1].n > 1 else p[1].mean for p in pts]
+            ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15)
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(x_key)
+    ax.set_ylabel(_label(metrics[-1]) if len(metrics) == 1 else "F1")
+    ax.set_title(f"{', '.join(map(_label, metrics))} vs {x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out, name)
+
+
+def per_type_bars(runs, method_key, size, out) -> list[Path]:
+    rs = [r for r in runs if str(lookup(r, "size")) == size]
+    types = sorted({t for r in rs for t in (lookup(r, "test.per_type") or {})})
+    methods = list(group(rs, [method_key]))
+    if not types or not methods:
+        return []
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(types) * max(1, len(methods)) / 3), 4))
+    width = 0.8 / len(methods)
+    for i, (method,) in enumerate(methods):
+        cell = [r for r in rs if str(lookup(r, method_key)) == method]
+        means = [bootstrap_mean(values(cell, f"test.per_type.{t}.f1"), 1000).mean for t in types]
+        ax.bar([j + i * width for j in range(len(types))], means, width, label=method)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(types))], types)
+    ax.set_ylabel("test F1 (strict), mean over partitions")
+    ax.set_title(f"per-type test F1, size {size}", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out, f"per_type_f1_size{size}")
+
+
+def paired_differences(runs, method_key, metric, baseline, out) -> list[Path]:
+    sizes = [k[0] for k in group(runs, ["size"])]
+    methods = [m for (m,) in group(runs, [method_key]) if m != baseline]
+    if not methods:
+        return []
+    fig, axes = plt.subplots(1, len(sizes), figsize=(3.2 * len(sizes) + 1, 3.8), squeeze=False, sharey=True)
+    for ax, size in zip(axes[0], sizes):
+        at = [r for r in runs if str(lookup(r, "size")) == size]
+        base = [r for r in at if str(lookup(r, method_key)) == baseline]
+        for i, m in enumerate(methods):
+            x, y = _pairs([r for r in at if str(lookup(r, method_key)) == m], base, metric)
+            d = [a - b for a, b in zip(x, y)]
+            ax.scatter([i] * len(d), d, s=18, alpha=0.7)
+            if d:
+                ax.hlines(sum(d) / len(d), i - 0.3, i + 0.3, color="k")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(methods)), methods, rotation=45, ha="right", fontsize=8)
+        ax.set_title(f"size {size}", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(f"{_label(metric)}: method − {baseline}")
+    fig.suptitle(f"paired differences per partition (dots) and their mean (bar) vs {baseline}", fontsize=9)
+    return _save(fig, out, f"paired_diff_vs_{baseline}")
+
+
+def swept_keys(runs) -> list[str]:
+    """Override keys other than the grid's fixed axes whose values vary and are numeric."""
+    seen: dict[str, set] = {}
+    for r in runs:
+        for o in r.get("overrides", []):
+            k, _, v = o.partition("=")
+            seen.setdefault(k.lstrip("+"), set()).add(v)
+    return [k for k, vs in seen.items() if k not in FIXED and len(vs) > 1 and _numeric(vs)]
+
+
+def render(runs, out: Path, method_key: str, metric: str, baseline: str | None, resamples: int, seed: int) -> list[Path]:
+    written = []
+    sizes = sorted({str(lookup(r, "size")) for r in runs}, key=lambda s: sort_key((s,)))
+    name = metric.replace(".", "_")
+    if len(sizes) > 1 and _numeric(sizes):
+        written += metric_vs(runs, method_key, "size", [metric], out, f"{name}_vs_size", resamples, seed, log_x=True)
+    for key in swept_keys(runs):
+        xs = [float(lookup(r, key)) for r in runs if lookup(r, key) is not None]
+        log_x = min(xs) > 0 and max(xs) / min(xs) >= 10
+        metrics = [metric.replace("test.", "dev.", 1), metric] if metric.startswith("test.") else [metric]
+        written += metric_vs(runs, method_key, key, metrics, out, f"f1_vs_{key.replace('.', '_')}", resamples, seed, log_x)
+    for size in sizes:
+        written += per_type_bars(runs, method_key, size, out)
+    if baseline:
+        written += paired_differences(runs, method_key, metric, baseline, out)
+    return written

@@ -1,0 +1,82 @@
+"""Reading a sweep: every cell's ``results.json`` (and ``failure.json``), values by dotted path."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULT_KEYS = ("test.", "dev.", "training_set.", "partition.", "throughput.", "compute.")
+
+
+def load_runs(dirs: list[Path]) -> tuple[list[dict], list[Path]]:
+    """All results under ``dirs`` and the failures of cells that have no results (a rerun that
+    succeeded supersedes an old ``failure.json`` in the same folder)."""
+    runs, failed = [], []
+    for d in dirs:
+        for path in sorted(Path(d).rglob("results.json")):
+            run = json.loads(path.read_text())
+            run["_dir"] = str(path.parent)
+            runs.append(run)
+        failed += [f for f in sorted(Path(d).rglob("failure.json")) if not (f.parent / "results.json").exists()]
+    return runs, failed
+
+
+def lookup(run: dict, key: str):
+    """``loss``/``model``/``dataset``: the group option chosen; ``test.…``, ``dev.…``,
+    ``compute.…`` …: a path into results.json; anything else: a path into the resolved config."""
+    if key in ("loss", "model", "dataset"):
+        if run.get("grid", {}).get(key) is not None:
+            return run["grid"][key]
+        for o in run.get("overrides", []):
+            if o.startswith(f"{key}="):
+                return o.split("=", 1)[1]
+        if key == "dataset":
+            return run["config"]["dataset"]["name"]
+        if key == "model":
+            return run["config"]["model"].get("name_or_path")
+        return None
+    node = run if key.startswith(RESULT_KEYS) else run["config"]
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def sort_key(key: tuple) -> list:
+    out = []
+    for x in key:
+        try:
+            out.append((0, float(x), ""))
+        except ValueError:
+            out.append((1, 0.0, x))
+    return out
+
+
+def group(runs: list[dict], by: list[str]) -> dict[tuple, list[dict]]:
+    """Runs grouped by the string values of the ``by`` keys, in natural order."""
+    rows: dict[tuple, list[dict]] = {}
+    for r in runs:
+        rows.setdefault(tuple(str(lookup(r, k)) for k in by), []).append(r)
+    return {k: rows[k] for k in sorted(rows, key=sort_key)}
+
+
+def pair_id(run: dict) -> tuple:
+    """Runs pair when they trained on the same sentences with the same initialisation."""
+    init = lookup(run, "compute.init_seed")
+    return run["partition"]["sha256"], init if init is not None else run["config"].get("seed")
+
+
+def partition_label(run: dict) -> str:
+    return str(run["config"].get("partition", run["partition"].get("partition")))
+
+
+def mixed_settings(runs: list[dict], by: list[str], keys=("data.label_scheme", "dataset")) -> list[str]:
+    """Settings that differ between runs but do not define rows: their rows are not comparable
+    (e.g. a two-task loss switches to untyped labels, whose spans are easier to get right)."""
+    notes = []
+    for key in keys:
+        values = sorted({str(lookup(r, key)) for r in runs})
+        if key not in by and len(values) > 1:
+            notes.append(f"note: runs differ in {key} ({', '.join(values)}) — add it to --by; "
+                         "rows with different values are not comparable")
+    return notes

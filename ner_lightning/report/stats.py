@@ -1,0 +1,91 @@
+"""Statistics over partitions, as the seed papers state their claims (scipy, no hand-made
+distributions): bootstrap standard errors and confidence intervals of a mean, paired
+comparisons (mean difference with its bootstrap CI, paired bootstrap, Wilcoxon signed-rank
+and paired t-test p-values) and Holm's correction across the comparisons of one table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass
+class Estimate:
+    """Mean of a metric over n runs, its bootstrap standard error and percentile CI."""
+
+    n: int
+    mean: float
+    se: float
+    low: float
+    high: float
+
+
+def bootstrap_mean(values, resamples: int = 10_000, seed: int = 0, level: float = 0.95) -> Estimate:
+    """Non-parametric bootstrap of the mean (``scipy.stats.bootstrap``, percentile interval).
+    SE and CI are NaN below two values, and collapse to the mean when all values agree."""
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        return Estimate(0, math.nan, math.nan, math.nan, math.nan)
+    mean = float(x.mean())
+    if len(x) < 2:
+        return Estimate(1, mean, math.nan, math.nan, math.nan)
+    if np.all(x == x[0]):
+        return Estimate(len(x), mean, 0.0, mean, mean)
+    res = stats.bootstrap((x,), np.mean, n_resamples=resamples, confidence_level=level, method="percentile",
+                          rng=np.random.default_rng(seed))
+    ci = res.confidence_interval
+    return Estimate(len(x), mean, float(res.standard_error), float(ci.low), float(ci.high))
+
+
+@dataclass
+class Comparison:
+    """Paired comparison of method x against baseline y on the same partitions."""
+
+    n: int
+    diff: Estimate  # of the per-partition differences x − y
+    p_bootstrap: float
+    p_wilcoxon: float
+    p_ttest: float
+    p_holm: float = math.nan  # the chosen test's p after Holm's correction across a table
+
+    def p(self, test: str) -> float:
+        """p-value of ``test``: wilcoxon (exact signed-rank; cannot reach 0.05 below 6 pairs),
+        bootstrap (anti-conservative with few pairs) or ttest (paired t, the MoM paper's)."""
+        return {"wilcoxon": self.p_wilcoxon, "bootstrap": self.p_bootstrap, "ttest": self.p_ttest}[test]
+
+
+def paired_compare(x, y, resamples: int = 10_000, seed: int = 0, level: float = 0.95) -> Comparison:
+    """x[i] and y[i] come from the same partition. The paired bootstrap p-value is two-sided,
+    2·min(P*(d̄* ≤ 0), P*(d̄* ≥ 0)) over the bootstrap distribution of the mean difference
+    (the test that rejects exactly when the percentile CI excludes 0)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError("paired samples must have the same length")
+    d = x - y
+    est = bootstrap_mean(d, resamples, seed, level)
+    if len(d) < 2:
+        return Comparison(len(d), est, math.nan, math.nan, math.nan)
+    if np.all(d == d[0]):
+        p_boot = 1.0 if d[0] == 0 else 0.0
+    else:
+        dist = stats.bootstrap((d,), np.mean, n_resamples=resamples, method="percentile",
+                               rng=np.random.default_rng(seed)).bootstrap_distribution
+        p_boot = min(1.0, 2 * min(float(np.mean(dist <= 0)), float(np.mean(dist >= 0))))
+    p_wil = float(stats.wilcoxon(x, y).pvalue) if np.any(d != 0) else 1.0
+    p_t = float(stats.ttest_rel(x, y).pvalue) if np.any(d != d[0]) else (1.0 if d[0] == 0 else 0.0)
+    return Comparison(len(d), est, p_boot, p_wil, p_t)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted):
+    p̃_(i) = max_{j ≤ i} min(1, (m − j + 1)·p_(j)) for the sorted p_(1) ≤ … ≤ p_(m)."""
+    idx = [i for i, p in enumerate(pvalues) if not math.isnan(p)]
+    order = sorted(idx, key=lambda i: pvalues[i])
+    m, out, running = len(order), [math.nan] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out

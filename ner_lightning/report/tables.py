@@ -1,0 +1,150 @@
+"""Tables of a sweep: a summary per group, paired comparisons against a baseline, and
+paper-style method × column tables (Markdown, LaTeX booktabs or CSV)."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+
+from ner_lightning.report.runs import group, lookup, pair_id, partition_label, sort_key
+from ner_lightning.report.stats import Comparison, bootstrap_mean, holm, paired_compare
+
+
+def values(runs: list[dict], metric: str) -> list[float]:
+    return [v for v in (lookup(r, metric) for r in runs) if v is not None]
+
+
+def _num(x: float, digits: int = 4) -> str:
+    return "–" if x is None or math.isnan(x) else f"{x:.{digits}f}"
+
+
+def summary_table(runs: list[dict], by: list[str], metrics: list[str], resamples: int, seed: int) -> str:
+    """One row per group: mean ± bootstrap SE [95 % CI] per metric, n, partitions missing
+    (present elsewhere in the table but not in this row), mean wall time."""
+    rows = group(runs, by)
+    every = sorted({partition_label(r) for r in runs}, key=lambda p: (len(p), p))
+    head = by + [f"{m} mean ± SE [95% CI]" for m in metrics] + ["n", "missing partitions", "wall time (s)"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, rs in rows.items():
+        cells = []
+        for m in metrics:
+            e = bootstrap_mean(values(rs, m), resamples, seed)
+            cells.append("–" if e.n == 0 else f"{_num(e.mean)} ± {_num(e.se)} [{_num(e.low)}, {_num(e.high)}]")
+        have = {partition_label(r) for r in rs}
+        missing = ",".join(p for p in every if p not in have) or "–"
+        wall = statistics.fmean(r["wall_time_s"] for r in rs)
+        out.append("| " + " | ".join(list(key) + cells + [str(len(rs)), missing, f"{wall:.0f}"]) + " |")
+    return "\n".join(out)
+
+
+def _parse_baseline(baseline: str, by: list[str]) -> tuple[int, str]:
+    key, _, value = baseline.partition("=")
+    if key not in by or not value:
+        raise SystemExit(f"--baseline {baseline!r}: give KEY=VALUE with KEY one of --by ({','.join(by)})")
+    return by.index(key), value
+
+
+def _pairs(method: list[dict], base: list[dict], metric: str) -> tuple[list[float], list[float]]:
+    """Values of the partitions both rows have. A partition index whose sentences differ
+    between the rows (another seed, size or regime) is refused: those runs are not paired."""
+    mine = {(partition_label(r), pair_id(r)[1]): r for r in method}
+    theirs = {(partition_label(r), pair_id(r)[1]): r for r in base}
+    x, y = [], []
+    for k in sorted(set(mine) & set(theirs)):
+        a, b = mine[k], theirs[k]
+        if a["partition"]["sha256"] != b["partition"]["sha256"]:
+            raise SystemExit(f"refusing to pair {a.get('_dir', '?')} with {b.get('_dir', '?')}: partition {k[0]} "
+                             "holds different sentences (sha256 differs) — compare rows with the same size/regime")
+        va, vb = lookup(a, metric), lookup(b, metric)
+        if va is not None and vb is not None:
+            x.append(va)
+            y.append(vb)
+    return x, y
+
+
+TESTS = ("wilcoxon", "bootstrap", "ttest")
+
+
+def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: str, resamples: int,
+                seed: int, test: str = "wilcoxon") -> list[tuple[tuple, str, Comparison]]:
+    """Every row against the baseline row with the same other ``by`` values, per metric; the
+    p-values of ``test`` get Holm's correction across all comparisons of a metric."""
+    if test not in TESTS:
+        raise SystemExit(f"--test must be one of {TESTS}, got {test!r}")
+    at, value = _parse_baseline(baseline, by)
+    rows = group(runs, by)
+    found = []
+    for key, rs in rows.items():
+        ref = key[:at] + (value,) + key[at + 1:]
+        if key[at] == value or ref not in rows:
+            continue
+        for m in metrics:
+            found.append((key, m, paired_compare(*_pairs(rs, rows[ref], m), resamples=resamples, seed=seed)))
+    for m in metrics:
+        mine = [c for _, metric, c in found if metric == m]
+        for c, p in zip(mine, holm([c.p(test) for c in mine])):
+            c.p_holm = p
+    return found
+
+
+def comparison_table(found, by: list[str], baseline: str, alpha: float, test: str = "wilcoxon") -> str:
+    head = by + ["metric", f"mean diff vs {baseline} [95% CI]", "pairs", "p bootstrap", "p Wilcoxon", "p t-test",
+                 f"p {test}, Holm", f"significant (α={alpha})"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, m, c in found:
+        d = c.diff
+        sig = "–" if math.isnan(c.p_holm) else ("yes" if c.p_holm < alpha else "no")
+        diff = "–" if d.n == 0 else f"{d.mean:+.4f} [{_num(d.low)}, {_num(d.high)}]"
+        out.append("| " + " | ".join(list(key) + [m, diff, str(c.n), _num(c.p_bootstrap), _num(c.p_wilcoxon),
+                                                   _num(c.p_ttest), _num(c.p_holm), sig]) + " |")
+    return "\n".join(out)
+
+
+def paper_table(runs: list[dict], method_key: str, column_key: str, metric: str, baseline: str | None,
+                alpha: float, resamples: int, seed: int, fmt: str = "md", test: str = "wilcoxon") -> str:
+    """Methods × columns (sizes, shares, corpora …): mean with its bootstrap SE as in the
+    papers, best in bold and second underlined per column, † = differs from the baseline
+    method (its value of ``method_key``; ``test``, Holm-corrected within the table, α)."""
+    cells = group(runs, [method_key, column_key])
+    methods = list(dict.fromkeys(k[0] for k in cells))
+    columns = sorted({k[1] for k in cells}, key=lambda c: sort_key((c,)))
+    est = {k: bootstrap_mean(values(rs, metric), resamples, seed) for k, rs in cells.items()}
+    marks: dict[tuple, bool] = {}
+    if baseline:
+        found = comparisons(runs, [method_key, column_key], [metric], f"{method_key}={baseline}", resamples, seed, test)
+        marks = {key: c.p_holm < alpha for key, _, c in found if not math.isnan(c.p_holm)}
+    rank = {}
+    for col in columns:
+        order = sorted((m for m in methods if (m, col) in est and est[(m, col)].n), key=lambda m: -est[(m, col)].mean)
+        rank.update({(m, col): i for i, m in enumerate(order)})
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow([method_key, column_key, "mean", "se", "ci_low", "ci_high", "n", "differs_from_baseline"])
+        for (m, col), e in est.items():
+            w.writerow([m, col, e.mean, e.se, e.low, e.high, e.n, marks.get((m, col), "")])
+        return buf.getvalue().rstrip("\n")
+    latex = fmt == "latex"
+
+    def cell(m, col):
+        e = est.get((m, col))
+        if e is None or e.n == 0:
+            return "–"
+        text, se = f"{e.mean:.4f}", _num(e.se)
+        r = rank.get((m, col))
+        if latex:
+            text = {0: f"\\textbf{{{text}}}", 1: f"\\underline{{{text}}}"}.get(r, text) + f"$_{{{se}}}$"
+            return text + ("$^\\dagger$" if marks.get((m, col)) else "")
+        text = {0: f"**{text}**", 1: f"<u>{text}</u>"}.get(r, text) + f"<sub>{se}</sub>"
+        return text + (" †" if marks.get((m, col)) else "")
+
+    if latex:
+        lines = ["\\begin{tabular}{l" + "r" * len(columns) + "}", "\\toprule",
+                 " & ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " \\\\", "\\midrule"]
+        lines += [" & ".join([m.replace("_", "\\_")] + [cell(m, c) for c in columns]) + " \\\\" for m in methods]
+        return "\n".join(lines + ["\\bottomrule", "\\end{tabular}"])
+    lines = ["| " + " | ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " |",
+             "|" + "---|" * (len(columns) + 1)]
+    lines += ["| " + " | ".join([m] + [cell(m, c) for c in columns]) + " |" for m in methods]
+    return "\n".join(lines)
