@@ -113,7 +113,8 @@ class MoMLoss(TokenLoss):
     n of (1/M) Σ_{i in n, y_i = O} ℓ(y_i, p_i) (eq. 1). ``m``: an int is the paper's constant M,
     "the number of tokens in the longest sentence" (§III-A), 128 in its experiments (§IV-D,
     inputs padded to 128); ``"sentence"`` divides by each sentence's own word count instead (an
-    earlier reading: it weighs O tokens ≈ (1 − λ)/λ times more than entity tokens). Eq. 1
+    earlier reading: it weighs O tokens ≈ 1/λ times as much as entity tokens, ≈ 5.7× at λ = 0.175,
+    against 1 + (1 − λ)·n̄/(M·λ) ≈ 1.5× with M = 128 and CoNLL's n̄ ≈ 14 words a sentence). Eq. 1
     prints a leading minus although ℓ is already a loss; here L_MoM is the penalty on O-tokens
     that is minimised (the minus is dropped), the reading under which λ < 1 adds weight to
     O-class errors, as the paper describes. λ = 1 gives the base loss exactly.

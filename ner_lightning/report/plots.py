@@ -48,6 +48,7 @@ def _label(metric: str) -> str:
 def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_x) -> list[Path]:
     """One line + 95 % band per (method, metric) against ``x_key``."""
     fig, ax = plt.subplots(figsize=(6, 4))
+    ticks: set[float] = set()
     for metric, style in zip(metrics, ("-", "--", ":")):
         for method, rs in group(runs, [method_key]).items():
             pts = []
@@ -58,6 +59,7 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
             if not pts:
                 continue
             xs = [p[0] for p in pts]
+            ticks.update(xs)
             line, = ax.plot(xs, [p[1].mean for p in pts], style, marker="o", label=f"{method[0]} ({_label(metric)})"
                             if len(metrics) > 1 else method[0])
             lows = [p[1].low if p[1].n > 1 else p[1].mean for p in pts]
@@ -65,6 +67,8 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
             ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15)
     if log_x:
         ax.set_xscale("log")
+        ax.set_xticks(sorted(ticks), [f"{t:g}" for t in sorted(ticks)])
+        ax.minorticks_off()
     ax.set_xlabel(x_key)
     ax.set_ylabel(_label(metrics[-1]) if len(metrics) == 1 else "F1")
     ax.set_title(f"{', '.join(map(_label, metrics))} vs {x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9)
