@@ -64,6 +64,23 @@ def test_learns_the_toy_corpus(toy_cfg):
     assert results["dev"]["micro"]["f1"] > 0.5
 
 
+def test_diverging_run_fails_instead_of_reporting(toy_cfg, tmp_path, monkeypatch):
+    from ner_lightning.losses import CrossEntropy
+
+    real = CrossEntropy.per_token
+    calls = []
+
+    def diverges_at_third_step(self, logits, targets):
+        calls.append(1)
+        out = real(self, logits, targets)
+        return out * float("nan") if len(calls) >= 3 else out
+
+    monkeypatch.setattr(CrossEntropy, "per_token", diverges_at_third_step)
+    with pytest.raises(FloatingPointError, match=r"training loss is nan at epoch 0, step 2: .*lower optimizer.lr"):
+        train(toy_cfg("trainer.max_epochs=1", "data.batch_size=2"))
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
 def test_size_larger_than_corpus_is_an_error(toy_cfg):
     with pytest.raises(ValueError, match="size=1000 is larger than toy/train, which has 24 sentences"):
         train(toy_cfg("size=1000"))

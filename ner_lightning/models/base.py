@@ -92,7 +92,7 @@ class NERModule(pl.LightningModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         self.train_batches += 1
         if self.automatic_optimization:
-            loss = self.training_loss(batch)
+            loss = self._finite(self.training_loss(batch))
             self.forward_passes += 1
             self._log_loss(loss, batch)
             return loss
@@ -100,7 +100,7 @@ class NERModule(pl.LightningModule):
         total = 0.0
         for step in self.optimisation_steps(batch):
             set_pdsca_phase(opt, auc=step.kind == "auc")
-            loss = step.loss()
+            loss = self._finite(step.loss())
             self.forward_passes += 1
             opt.zero_grad()
             self.manual_backward(loss)
@@ -112,6 +112,14 @@ class NERModule(pl.LightningModule):
         sched.step()
         self._log_loss(total, batch)
         return None
+
+    def _finite(self, loss: torch.Tensor) -> torch.Tensor:
+        """A diverged run must fail (failure.json), never be reported with F1 0 as a result."""
+        if not torch.isfinite(loss.detach()).all():
+            raise FloatingPointError(
+                f"training loss is {loss.item()} at epoch {self.current_epoch}, step {self.global_step}: the run "
+                "diverged; try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)")
+        return loss
 
     def _log_loss(self, loss, batch: dict) -> None:
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["input_ids"].size(0))
