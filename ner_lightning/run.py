@@ -7,8 +7,10 @@ cells still run; Hydra reports the failure when the sweep ends.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -18,7 +20,7 @@ import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning.callbacks import TokenThroughput
@@ -71,7 +73,8 @@ def train(cfg: DictConfig) -> dict:
     checkpoint = trainer.checkpoint_callback
     ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
     t_test = time.perf_counter()
-    trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+    if cfg.evaluate_test:
+        trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
     t_end = time.perf_counter()
 
     best = best_epoch(module.history, cfg.monitor) if module.history else None
@@ -126,14 +129,33 @@ def train(cfg: DictConfig) -> dict:
     return results
 
 
+def tune(cfg: DictConfig) -> float:
+    """One sweeper trial: the cell on each of ``tune_partitions`` (in ``partition<k>/``), and the
+    mean of their best-dev ``monitor`` values, also written to ``tune.json``."""
+    out_dir = Path(cfg.paths.output_dir)
+    values = {}
+    for p in cfg.tune_partitions:
+        cell = copy.deepcopy(cfg)
+        with open_dict(cell):
+            cell.partition = int(p)
+            cell.paths.output_dir = str(out_dir / f"partition{p}")
+        values[int(p)] = train(cell)["dev_monitor"]
+        _finish_wandb()
+    mean = statistics.fmean(values.values())
+    write_json_atomic(out_dir / "tune.json", {"overrides": _overrides(), "monitor": cfg.monitor,
+                                              "partitions": values, "mean": mean})
+    log.info("trial %s | mean dev %s over partitions %s = %.4f", " ".join(_overrides()), cfg.monitor,
+             list(values), mean)
+    return mean
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Runs one cell; returns its best dev ``monitor`` value — never a test score — for sweepers
     that optimise the return value."""
     out_dir = Path(cfg.paths.output_dir)
     try:
-        results = train(cfg)
-        return results["dev_monitor"]
+        return tune(cfg) if cfg.get("tune_partitions") else train(cfg)["dev_monitor"]
     except BaseException as err:
         write_json_atomic(out_dir / "failure.json", {
             "status": "failed",

@@ -28,15 +28,31 @@ def test_defaults_are_real_data_and_minilm(tmp_path):
     assert cfg.data.size == cfg.size and cfg.data.partition == cfg.partition
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml")))
+PRESETS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if not p.startswith("tune_")])
 def test_experiment_grids_name_existing_configs(preset):
-    """Each preset's sweep (hydra.sweeper.params) only names configs that exist."""
+    """Each grid preset's sweep (hydra.sweeper.params) only names configs that exist."""
     from omegaconf import OmegaConf
 
     params = OmegaConf.load(CONFIG_DIR / "experiment" / f"{preset}.yaml").hydra.sweeper.params
     for value in str(params.loss).split(","):
         assert (CONFIG_DIR / "loss" / f"{value}.yaml").exists(), f"{preset}: loss={value}"
     assert {"size", "partition"} <= set(params)
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p.startswith("tune_")])
+def test_tuning_presets_search_existing_keys_on_tuning_partitions(preset, tmp_path):
+    """Optuna presets: every searched key exists in the composed config, the objective runs
+    over several partitions none of which is a reporting partition (0-9), test is skipped."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_config([f"experiment={preset}"], tmp_path)
+    params = OmegaConf.load(CONFIG_DIR / "experiment" / f"{preset}.yaml").hydra.sweeper.params
+    for key in params:
+        assert OmegaConf.select(cfg, key, default="MISSING") != "MISSING", f"{preset}: {key}"
+    assert len(cfg.tune_partitions) >= 3 and min(cfg.tune_partitions) >= 10 and cfg.evaluate_test is False
 
 
 @pytest.mark.parametrize("debug", ["fast", "tiny"])

@@ -98,3 +98,31 @@ def test_smoke_multirun_over_every_loss(toy_data_dir, tmp_path):
     assert len(results) == len(losses)
     done = {json.loads(p.read_text())["overrides"][0] for p in results}
     assert done == {f"loss={name}" for name in losses}
+
+
+def test_optuna_search_over_partitions_through_the_cli(toy_data_dir, tmp_path):
+    """`-m experiment=tune_mom_lambda` (tiny encoder, toy corpus, 3 trials x 2 partitions): every
+    trial writes tune.json with the mean dev score, the sweeper records the best λ, no test."""
+    import yaml
+
+    proc = run_cli(["-m", "experiment=tune_mom_lambda", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
+                    "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1",
+                    "tune_partitions=[0,1]", "hydra.sweeper.n_trials=3"], tmp_path, toy_data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = sorted((tmp_path / "multirun").rglob("tune.json"))
+    assert len(trials) == 3
+    means = []
+    for t in trials:
+        record = json.loads(t.read_text())
+        parts = [json.loads((t.parent / f"partition{p}" / "results.json").read_text()) for p in (0, 1)]
+        assert all(r["test"] is None and r["monitor"] == "val/f1_macro" for r in parts)
+        assert record["mean"] == pytest.approx(sum(r["dev_monitor"] for r in parts) / 2)
+        means.append(record["mean"])
+    (best,) = list((tmp_path / "multirun").rglob("optimization_results.yaml"))
+    assert yaml.safe_load(best.read_text())["best_value"] == pytest.approx(max(means))
+    from ner_lightning.report.__main__ import main
+
+    main([str(best.parent), "--by", "loss.token_loss.lam", "--metrics", "dev.macro.f1", "--plots",
+          str(tmp_path / "figs"), "--resamples", "100"])
+    assert (tmp_path / "figs" / "tuning_value_vs_trial.png").is_file()
+    assert (tmp_path / "figs" / "f1_vs_loss_token_loss_lam.png").is_file()

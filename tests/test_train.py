@@ -56,6 +56,18 @@ def test_init_seed_varies_training_with_the_partition_fixed(toy_cfg, tmp_path):
     assert c["compute"]["init_seed"] == 7 and c["config"]["data"]["seed"] == 42
 
 
+def test_tuning_trial_averages_dev_over_partitions_and_never_tests(toy_cfg, tmp_path):
+    from ner_lightning.run import tune
+
+    value = tune(toy_cfg("tune_partitions=[0,1]", "evaluate_test=false", "trainer.max_epochs=1"))
+    res = [json.loads((tmp_path / "run" / f"partition{p}" / "results.json").read_text()) for p in (0, 1)]
+    assert res[0]["partition"]["sha256"] != res[1]["partition"]["sha256"]
+    assert all(r["test"] is None for r in res)
+    assert value == pytest.approx((res[0]["dev_monitor"] + res[1]["dev_monitor"]) / 2)
+    record = json.loads((tmp_path / "run" / "tune.json").read_text())
+    assert record["mean"] == pytest.approx(value) and set(record["partitions"]) == {"0", "1"}
+
+
 def test_learns_the_toy_corpus(toy_cfg):
     """A tiny encoder fits 24 toy sentences well enough to find entities in test."""
     cfg = toy_cfg("size=full", "trainer.max_epochs=20", "optimizer.lr=5e-3",

@@ -19,6 +19,7 @@ the table (default wilcoxon: exact and distribution-free, but it cannot reach p 
 than 6 pairs; the bootstrap p is anti-conservative with so few). ``--paper METHOD:COLUMN`` prints a paper-style table
 per metric (``--format md|latex|csv``); ``--plots DIR`` writes the figures (PNG + SVG);
 ``--wandb`` logs a summary run with the table and figures into the sweep's W&B group.
+A tuning sweep (``experiment=tune_*``) also gets its trials listed and plotted.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from ner_lightning.report.runs import load_runs, mixed_settings
+from ner_lightning.report.runs import load_runs, load_trials, mixed_settings
 from ner_lightning.report.tables import comparison_table, comparisons, paper_table, summary_table
 
 
@@ -69,11 +70,20 @@ def main(argv: list[str] | None = None) -> None:
                   + ":\n")
             print(paper_table(runs, method_key, column_key, m, base_value, args.alpha, args.resamples, args.seed,
                               args.format, args.test))
+    trials = load_trials(args.dirs)
+    if trials:
+        print(f"\nTuning trials (objective: mean best-dev {trials[0]['monitor']} over the partitions):\n")
+        print("| trial | overrides | per partition | mean |\n|---|---|---|---|")
+        for t in trials:
+            per = ", ".join(f"{p}: {v:.4f}" for p, v in t["partitions"].items())
+            print(f"| {t['trial']} | {' '.join(t['overrides'])} | {per} | {t['mean']:.4f} |")
+        best = max(trials, key=lambda t: t["mean"])
+        print(f"\nbest: trial {best['trial']} ({' '.join(best['overrides'])}) = {best['mean']:.4f}")
     written = []
     if args.plots:
         from ner_lightning.report.plots import render
 
-        written = render(runs, args.plots, by[0], metrics[0], base_value, args.resamples, args.seed)
+        written = render(runs, args.plots, by[0], metrics[0], base_value, args.resamples, args.seed, trials)
         print(f"\n{len(written)} figure files in {args.plots}: " + ", ".join(sorted({p.stem for p in written})))
     if args.wandb and runs:
         from ner_lightning.report.wandb_summary import publish

@@ -6,13 +6,16 @@ every figure the sweep's axes allow:
 * ``f1_vs_<key>``: dev and test metric against any other swept numeric key (λ, entity share,
   learning rate …; log x when it spans a decade; AUC-2T Fig. 3 style);
 * ``per_type_f1_size<N>``: per-type test F1 bars per method;
-* ``paired_diff_vs_<baseline>``: method − baseline per partition (dots) and its mean, per size.
+* ``paired_diff_vs_<baseline>``: method − baseline per partition (dots) and its mean, per size;
+* ``tuning_value_vs_trial``: an Optuna search's objective (mean dev score over the tuning
+  partitions) per trial and the best so far.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -121,6 +124,20 @@ def paired_differences(runs, method_key, metric, baseline, out) -> list[Path]:
     return _save(fig, out, f"paired_diff_vs_{baseline}")
 
 
+def trials_plot(trials: list[dict], out: Path) -> list[Path]:
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    xs, ys = [t["trial"] for t in trials], [t["mean"] for t in trials]
+    ax.plot(xs, ys, "o", label="trial")
+    ax.step(xs, [max(ys[: i + 1]) for i in range(len(ys))], where="post", label="best so far")
+    ax.set_xlabel("trial")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylabel(f"mean dev {trials[0]['monitor']} over partitions {list(trials[0]['partitions'])}")
+    ax.set_title("tuning objective per trial", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out, "tuning_value_vs_trial")
+
+
 def swept_keys(runs) -> list[str]:
     """Override keys other than the grid's fixed axes whose values vary and are numeric."""
     seen: dict[str, set] = {}
@@ -131,8 +148,9 @@ def swept_keys(runs) -> list[str]:
     return [k for k, vs in seen.items() if k not in FIXED and len(vs) > 1 and _numeric(vs)]
 
 
-def render(runs, out: Path, method_key: str, metric: str, baseline: str | None, resamples: int, seed: int) -> list[Path]:
-    written = []
+def render(runs, out: Path, method_key: str, metric: str, baseline: str | None, resamples: int, seed: int,
+           trials: list[dict] | None = None) -> list[Path]:
+    written = trials_plot(trials, out) if trials else []
     sizes = sorted({str(lookup(r, "size")) for r in runs}, key=lambda s: sort_key((s,)))
     name = metric.replace(".", "_")
     if len(sizes) > 1 and _numeric(sizes):

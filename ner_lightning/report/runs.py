@@ -20,6 +20,18 @@ def load_runs(dirs: list[Path]) -> tuple[list[dict], list[Path]]:
     return runs, failed
 
 
+def load_trials(dirs: list[Path]) -> list[dict]:
+    """Tuning trials (``tune.json``, one per Hydra job) in job order, with ``trial`` = job number."""
+    trials = []
+    for d in dirs:
+        for path in Path(d).rglob("tune.json"):
+            record = json.loads(path.read_text())
+            number = path.parent.name.split("_", 1)[0]
+            record["trial"] = int(number) if number.isdigit() else len(trials)
+            trials.append(record)
+    return sorted(trials, key=lambda t: t["trial"])
+
+
 def lookup(run: dict, key: str):
     """``loss``/``model``/``dataset``: the group option chosen; ``test.…``, ``dev.…``,
     ``compute.…`` …: a path into results.json; anything else: a path into the resolved config."""
