@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-RESULT_KEYS = ("test.", "dev.", "training_set.", "partition.", "throughput.", "compute.")
+RESULT_KEYS = ("test.", "dev.", "training_set.", "partition.", "throughput.", "compute.", "grid.")
+RESULT_VALUES = ("best_epoch", "epochs", "global_steps", "wall_time_s", "dev_monitor")
 
 
 def load_runs(dirs: list[Path]) -> tuple[list[dict], list[Path]]:
@@ -34,7 +35,8 @@ def load_trials(dirs: list[Path]) -> list[dict]:
 
 def lookup(run: dict, key: str):
     """``loss``/``model``/``dataset``: the group option chosen; ``test.…``, ``dev.…``,
-    ``compute.…`` …: a path into results.json; anything else: a path into the resolved config."""
+    ``compute.…``, ``best_epoch`` …: a path into results.json; anything else: a path into the
+    resolved config."""
     if key in ("loss", "model", "dataset"):
         if run.get("grid", {}).get(key) is not None:
             return run["grid"][key]
@@ -46,7 +48,7 @@ def lookup(run: dict, key: str):
         if key == "model":
             return run["config"]["model"].get("name_or_path")
         return None
-    node = run if key.startswith(RESULT_KEYS) else run["config"]
+    node = run if key.startswith(RESULT_KEYS) or key in RESULT_VALUES else run["config"]
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             return None
