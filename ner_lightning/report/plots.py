@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ner_lightning.report.runs import group, lookup, sort_key  # noqa: E402
 from ner_lightning.report.stats import bootstrap_mean  # noqa: E402
-from ner_lightning.report.tables import _pairs, values  # noqa: E402
+from ner_lightning.report.tables import paired_values, values  # noqa: E402
 
 FIXED = {"size", "partition", "seed", "init_seed", "loss", "model", "dataset", "experiment", "hydra.sweep.dir"}
 
@@ -110,7 +110,7 @@ def paired_differences(runs, method_key, metric, baseline, out) -> list[Path]:
         at = [r for r in runs if str(lookup(r, "size")) == size]
         base = [r for r in at if str(lookup(r, method_key)) == baseline]
         for i, m in enumerate(methods):
-            x, y = _pairs([r for r in at if str(lookup(r, method_key)) == m], base, metric)
+            x, y = paired_values([r for r in at if str(lookup(r, method_key)) == m], base, metric)
             d = [a - b for a, b in zip(x, y)]
             ax.scatter([i] * len(d), d, s=18, alpha=0.7)
             if d:

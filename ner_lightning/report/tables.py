@@ -45,7 +45,7 @@ def _parse_baseline(baseline: str, by: list[str]) -> tuple[int, str]:
     return by.index(key), value
 
 
-def _pairs(method: list[dict], base: list[dict], metric: str) -> tuple[list[float], list[float]]:
+def paired_values(method: list[dict], base: list[dict], metric: str) -> tuple[list[float], list[float]]:
     """Values of the partitions both rows have. A partition index whose sentences differ
     between the rows (another seed, size or regime) is refused: those runs are not paired."""
     mine = {(partition_label(r), pair_id(r)[1]): r for r in method}
@@ -80,7 +80,7 @@ def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: s
         if key[at] == value or ref not in rows:
             continue
         for m in metrics:
-            found.append((key, m, paired_compare(*_pairs(rs, rows[ref], m), resamples=resamples, seed=seed)))
+            found.append((key, m, paired_compare(*paired_values(rs, rows[ref], m), resamples=resamples, seed=seed)))
     for m in metrics:
         mine = [c for _, metric, c in found if metric == m]
         for c, p in zip(mine, holm([c.p(test) for c in mine])):
