@@ -159,7 +159,8 @@ def render(runs, out: Path, method_key: str, metric: str, baseline: str | None, 
         xs = [float(lookup(r, key)) for r in runs if lookup(r, key) is not None]
         log_x = min(xs) > 0 and max(xs) / min(xs) >= 10
         metrics = [metric.replace("test.", "dev.", 1), metric] if metric.startswith("test.") else [metric]
-        written += metric_vs(runs, method_key, key, metrics, out, f"f1_vs_{key.replace('.', '_')}", resamples, seed, log_x)
+        lines = method_key if method_key != key else "loss"  # one line per method, never per value of the x axis
+        written += metric_vs(runs, lines, key, metrics, out, f"f1_vs_{key.replace('.', '_')}", resamples, seed, log_x)
     for size in sizes:
         written += per_type_bars(runs, method_key, size, out)
     if baseline:
