@@ -12,6 +12,7 @@ every figure the sweep's axes allow:
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import matplotlib
@@ -90,7 +91,7 @@ def per_type_bars(runs, method_key, size, out) -> list[Path]:
     width = 0.8 / len(methods)
     for i, (method,) in enumerate(methods):
         cell = [r for r in rs if str(lookup(r, method_key)) == method]
-        means = [bootstrap_mean(values(cell, f"test.per_type.{t}.f1"), 1000).mean for t in types]
+        means = [statistics.fmean(v) if (v := values(cell, f"test.per_type.{t}.f1")) else float("nan") for t in types]
         ax.bar([j + i * width for j in range(len(types))], means, width, label=method)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(types))], types)
     ax.set_ylabel("test F1 (strict), mean over partitions")
