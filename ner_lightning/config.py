@@ -1,4 +1,5 @@
-"""OmegaConf resolvers used by ``conf/``: ``${repo_root:}`` and ``${package_dir:pkg,sub}``."""
+"""OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
+``${sweep_cell:num}`` (a cell's number in its sweep manifest), ``${parallel_jobs:}``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,6 +21,22 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
     if not OmegaConf.has_resolver("package_dir"):
         OmegaConf.register_new_resolver("package_dir", _package_dir)
+    if not OmegaConf.has_resolver("sweep_cell"):
+        OmegaConf.register_new_resolver("sweep_cell", _sweep_cell)
+    if not OmegaConf.has_resolver("parallel_jobs"):
+        OmegaConf.register_new_resolver("parallel_jobs", _parallel_jobs)
+
+
+def _sweep_cell(job_num) -> int:
+    from ner_lightning.sweep.cells import cell_number
+
+    return cell_number(job_num)
+
+
+def _parallel_jobs() -> int:
+    from ner_lightning.sweep.devices import default_parallel_jobs
+
+    return default_parallel_jobs()
 
 
 def compose_config(overrides: list[str], output_dir: str | Path):

@@ -13,6 +13,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a results file is as readable as any other
         with os.fdopen(fd, "w") as fh:
             json.dump(obj, fh, indent=2, sort_keys=False, default=str)
             fh.flush()
@@ -22,6 +23,12 @@ def write_json_atomic(path: str | os.PathLike, obj) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def best_epoch(history: list[dict], monitor: str) -> dict | None:

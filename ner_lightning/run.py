@@ -25,8 +25,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning.callbacks import TokenThroughput
 from ner_lightning.results import best_epoch, grid_keys, write_json_atomic
+from ner_lightning.sweep import cells, devices
 
 log = logging.getLogger("ner_lightning")
+_running: dict = {}  # the cell's Trainer, to tell an interrupt from a failure
 
 
 def _instantiate_group(group: DictConfig | None) -> list:
@@ -42,9 +44,12 @@ def _overrides() -> list[str]:
         return []
 
 
-def train(cfg: DictConfig) -> dict:
-    """Run one grid cell and return its ``results.json`` content."""
+def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None) -> dict:
+    """Run one grid cell and return its ``results.json`` content. ``resume``: a ``last.ckpt`` of
+    this same config to continue from (model, optimiser, schedule, loops, RNG, history)."""
     t_start = time.perf_counter()
+    cell = cell or {}
+    prefix = cell.get("prefix", "run")
     out_dir = Path(cfg.paths.output_dir)
     pl.seed_everything(cfg.init_seed, workers=True)
 
@@ -63,13 +68,19 @@ def train(cfg: DictConfig) -> dict:
         lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})
 
     before, after = partition["training_set"]["before"], partition["training_set"]["after"]
-    log.info("train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
+    log.info("%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
              "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
-             partition["size"], cfg.dataset.name, partition["sha256"][:12], 100 * before["entity_token_share"],
+             prefix, partition["size"], cfg.dataset.name, partition["sha256"][:12], 100 * before["entity_token_share"],
              after["sentences"], after["tokens"], 100 * after["entity_token_share"],
              partition["dev_sentences"], partition["test_sentences"])
+    if resume is not None and not _loadable(resume):
+        log.warning("%s | %s cannot be read (killed while writing?): training from epoch 0", prefix, resume)
+        resume = None
+    if resume is not None:
+        log.info("%s | resuming from %s", prefix, resume)
     t_fit = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
+    _running["trainer"] = trainer
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
     checkpoint = trainer.checkpoint_callback
     ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
     t_test = time.perf_counter()
@@ -81,7 +92,12 @@ def train(cfg: DictConfig) -> dict:
     throughput = next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {})
     results = {
         "status": "ok",
+        "cell": prefix,
         "overrides": _overrides(),
+        "config_sha256": cell.get("config_sha256"),
+        "device": cell.get("device"),
+        "resumed_from": str(resume) if resume else None,
+        "finished": cells.now(),
         "grid": grid,
         "config": OmegaConf.to_container(cfg, resolve=True),
         "partition": {k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
@@ -113,14 +129,13 @@ def train(cfg: DictConfig) -> dict:
     }
     write_json_atomic(out_dir / "results.json", results)
     _summarise_wandb(loggers, results)
-    if ckpt and not cfg.keep_checkpoint:
-        Path(ckpt).unlink(missing_ok=True)
+    cells.clean_checkpoints(out_dir, ckpt if cfg.keep_checkpoint else None)
     nan = float("nan")
     test = results["test"] or {"micro": {}, "macro": {}, "lenient": {"micro": {}}}
     log.info(
-        "%s | %s labels | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f lenient F1 %.4f "
+        "%s | %s | %s labels | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f lenient F1 %.4f "
         "| %d epochs, %d steps | %.0f s | %s",
-        " ".join(results["overrides"]) or "defaults", cfg.data.label_scheme, cfg.monitor,
+        prefix, " ".join(results["overrides"]) or "defaults", cfg.data.label_scheme, cfg.monitor,
         best["metrics"][cfg.monitor] if best else nan, results["best_epoch"],
         test["micro"].get("f1", nan), test["micro"].get("precision", nan), test["micro"].get("recall", nan),
         test["macro"].get("f1", nan), test["lenient"]["micro"].get("f1", nan),
@@ -129,17 +144,28 @@ def train(cfg: DictConfig) -> dict:
     return results
 
 
-def tune(cfg: DictConfig) -> float:
+def _loadable(path: Path) -> bool:
+    import torch
+
+    try:
+        torch.load(path, map_location="cpu", weights_only=False)
+        return True
+    except Exception:  # noqa: BLE001 — a truncated or corrupt file, whatever the error
+        return False
+
+
+def tune(cfg: DictConfig, cell: dict | None = None) -> float:
     """One sweeper trial: the cell on each of ``tune_partitions`` (in ``partition<k>/``), and the
     mean of their best-dev ``monitor`` values, also written to ``tune.json``."""
     out_dir = Path(cfg.paths.output_dir)
+    cell = cell or {}
     values = {}
     for p in cfg.tune_partitions:
-        cell = copy.deepcopy(cfg)
-        with open_dict(cell):
-            cell.partition = int(p)
-            cell.paths.output_dir = str(out_dir / f"partition{p}")
-        values[int(p)] = train(cell)["dev_monitor"]
+        run = copy.deepcopy(cfg)
+        with open_dict(run):
+            run.partition = int(p)
+            run.paths.output_dir = str(out_dir / f"partition{p}")
+        values[int(p)] = train(run, cell={**cell, "prefix": f"{cell.get('prefix', 'run')} partition {p}"})["dev_monitor"]
         _finish_wandb()
     mean = statistics.fmean(values.values())
     write_json_atomic(out_dir / "tune.json", {"overrides": _overrides(), "monitor": cfg.monitor,
@@ -152,21 +178,53 @@ def tune(cfg: DictConfig) -> float:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Runs one cell; returns its best dev ``monitor`` value — never a test score — for sweepers
-    that optimise the return value."""
+    that optimise the return value.
+
+    The cell first records itself (``cell.json``: config hash, device, host, pid) and drops what
+    an earlier attempt left; a ``last.ckpt`` of the same config is resumed. A failure writes
+    ``failure.json`` (``status`` failed, or interrupted for Ctrl-C / SIGTERM) and keeps the
+    checkpoints for a rerun; a success writes ``results.json`` and drops them."""
     out_dir = Path(cfg.paths.output_dir)
+    _running.clear()
+    t0 = time.time()
     try:
-        return tune(cfg) if cfg.get("tune_partitions") else train(cfg)["dev_monitor"]
+        sha = cells.config_sha256(cfg)
+        try:
+            hc = HydraConfig.get()
+            device = devices.assign(cfg, hc.launcher, hc.sweep.dir) if hc.mode.name == "MULTIRUN" else None
+        except ValueError:
+            device = None
+        device = device or devices.describe(cfg)
+        prefix, resume = cells.begin(cfg, out_dir, _overrides(), sha, device)
+        cell = {"prefix": prefix, "config_sha256": sha, "device": device}
+        if cfg.get("tune_partitions"):
+            return tune(cfg, cell)
+        return train(cfg, resume=resume, cell=cell)["dev_monitor"]
     except BaseException as err:
-        write_json_atomic(out_dir / "failure.json", {
-            "status": "failed",
+        trainer = _running.get("trainer")
+        interrupted = isinstance(err, KeyboardInterrupt) or (
+            isinstance(err, SystemExit) and trainer is not None and trainer.interrupted)
+        failure = {
+            "status": "interrupted" if interrupted else "failed",
             "overrides": _overrides(),
-            "error": f"{type(err).__name__}: {err}",
+            "error": "interrupted (Ctrl-C or SIGTERM); rerun the same command to resume" if interrupted
+            else f"{type(err).__name__}: {err}",
+            "epoch": trainer.current_epoch if trainer is not None else None,
+            "global_step": trainer.global_step if trainer is not None else None,
+            "finished": cells.now(),
+            "elapsed_s": round(time.time() - t0, 1),
             "traceback": traceback.format_exc(),
-        })
-        log.error("run failed (%s): %s — details in %s", " ".join(_overrides()) or "defaults",
-                  err, out_dir / "failure.json")
+        }
+        try:
+            write_json_atomic(out_dir / "failure.json", failure)
+            where = out_dir / "failure.json"
+        except OSError as write_err:
+            where = f"nowhere: {write_err}"
+        log.error("run %s (%s): %s — details in %s", failure["status"], " ".join(_overrides()) or "defaults",
+                  failure["error"], where)
         raise
     finally:
+        _running.clear()
         _finish_wandb()
 
 

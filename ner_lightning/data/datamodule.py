@@ -18,8 +18,26 @@ from ner_lightning.data.regimes import (
 from ner_lightning.data.sampling import partition_rng, sample_partition
 
 
+class EpochShuffleSampler(Sampler[int]):
+    """A random order of ``n`` examples that depends only on (``seed``, epoch): Lightning calls
+    ``set_epoch`` before every epoch, so a run resumed from a checkpoint at epoch e sees the
+    batches an uninterrupted run sees."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        yield from partition_rng("train-order", self.seed, self.epoch).permutation(self.n).tolist()
+
+
 class LengthGroupedBatchSampler(Sampler[list[int]]):
-    """Random batches of similar length (HF ``group_by_length``), reproducible from ``seed``.
+    """Random batches of similar length (HF ``group_by_length``), reproducible from (``seed``, epoch).
 
     Each epoch shuffles all examples, sorts windows of ``window`` batches by length, cuts
     them into batches and shuffles the batch order.
@@ -29,20 +47,24 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         self.lengths = np.asarray(lengths)
         self.batch_size = batch_size
         self.window = window
-        self.rng = np.random.default_rng(seed)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
 
     def __iter__(self):
-        perm = self.rng.permutation(len(self.lengths))
+        rng = partition_rng("length-grouped", self.seed, self.epoch)
+        perm = rng.permutation(len(self.lengths))
         span = self.batch_size * self.window
         batches = []
         for i in range(0, len(perm), span):
             chunk = perm[i : i + span]
             chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
             batches += [chunk[j : j + self.batch_size].tolist() for j in range(0, len(chunk), self.batch_size)]
-        for k in self.rng.permutation(len(batches)):
+        for k in rng.permutation(len(batches)):
             yield batches[k]
 
 
@@ -205,9 +227,8 @@ class LowResourceDataModule(pl.LightningDataModule):
             sampler = LengthGroupedBatchSampler([len(f.input_ids) for f in feats], self.batch_size,
                                                 self.shuffle_seed)
             return DataLoader(feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers)
-        gen = torch.Generator().manual_seed(int(partition_rng("train-order", self.shuffle_seed).integers(2**62)))
         return DataLoader(
-            feats, batch_size=self.batch_size, shuffle=True, generator=gen,
+            feats, batch_size=self.batch_size, sampler=EpochShuffleSampler(len(feats), self.shuffle_seed),
             collate_fn=self._collate(), num_workers=self.num_workers,
         )
 

@@ -14,8 +14,10 @@ the word predictions of every chunk, reassembles whole sentences and scores them
 """
 from __future__ import annotations
 
+import random
 from typing import Callable, NamedTuple
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from transformers import get_linear_schedule_with_warmup
@@ -34,6 +36,24 @@ class Step(NamedTuple):
 
     kind: str
     loss: Callable[[], torch.Tensor]
+
+
+def rng_states() -> dict:
+    """torch, CUDA, numpy and Python RNG states in types ``torch.load(weights_only=True)`` accepts."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "python": random.getstate()}
+
+
+def set_rng_states(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(state["python"])
 
 
 class NERModule(pl.LightningModule):
@@ -127,6 +147,27 @@ class NERModule(pl.LightningModule):
     def optimizer_step(self, *args, **kwargs) -> None:
         super().optimizer_step(*args, **kwargs)
         self.after_optimizer_step()
+
+    # --- resume: what a checkpoint needs beyond weights, optimiser, schedule and loops -----------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["ner_lightning"] = {
+            "history": self.history, "train_batches": self.train_batches, "forward_passes": self.forward_passes,
+            "rng": rng_states(), "extra_state": self.extra_state(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint["ner_lightning"]
+        self.history = state["history"]
+        self.train_batches, self.forward_passes = state["train_batches"], state["forward_passes"]
+        self.load_extra_state(state["extra_state"])
+        set_rng_states(state["rng"])
+
+    def extra_state(self) -> dict:
+        """State outside ``state_dict`` that training changes (the AUC losses' a, b, α)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        """Inverse of :meth:`extra_state`."""
 
     def configure_callbacks(self):
         # Lightning refuses automatic clipping under manual optimisation: the module clips.

@@ -56,6 +56,9 @@ def _load(what: str, loader, name: str, **kw):
         ) from err
 
 
+RANDOM_INIT_NAME = "tiny-random-bert"  # model.name_or_path of a randomly initialised encoder (conf/model/tiny.yaml)
+
+
 class TransformerEncoder(nn.Module):
     """Sub-word states ``(B, T, H)`` and first-sub-token word states ``(B, W, H)``."""
 
@@ -67,6 +70,11 @@ class TransformerEncoder(nn.Module):
         add_prefix_space: bool = False,
     ):
         super().__init__()
+        if random_init is not None and name_or_path != RANDOM_INIT_NAME:
+            raise ValueError(
+                f"model.name_or_path={name_or_path!r} would be ignored: model.random_init is set (model=tiny, "
+                f"debug=tiny), which builds a random BERT. Drop debug=tiny to load {name_or_path!r}, or leave "
+                f"model.name_or_path at {RANDOM_INIT_NAME!r}")
         tok_name = tokenizer or name_or_path
         tok_kw = {"add_prefix_space": True} if add_prefix_space else {}
         self.tokenizer = _load("tokenizer", AutoTokenizer.from_pretrained, tok_name, use_fast=True, **tok_kw)

@@ -1,0 +1,12 @@
+"""Hydra loads sweepers and launchers only from classes defined in the ``hydra_plugins``
+namespace: these name ours, which live in ``ner_lightning/sweep/`` (conf/hydra/sweeper/grid.yaml,
+conf/hydra/launcher/local.yaml)."""
+from ner_lightning.sweep import launchers, sweeper
+
+
+class GridSweeper(sweeper.GridSweeper):
+    """See :class:`ner_lightning.sweep.sweeper.GridSweeper`."""
+
+
+class LocalLauncher(launchers.LocalLauncher):
+    """See :class:`ner_lightning.sweep.launchers.LocalLauncher`."""

@@ -1,0 +1,77 @@
+"""``python -m ner_lightning.sweep status <sweep dir>``: where a sweep stands.
+
+Reads the manifest (the whole grid) and each cell's ``cell.json`` / ``results.json`` /
+``failure.json``: done, failed, interrupted, running and missing cells, time per finished cell
+and an ETA (remaining cells × mean cell time / cells running now). ``--cells`` lists every cell.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+from ner_lightning.sweep import cells
+
+STATES = ("done", "failed", "interrupted", "running", "missing")
+
+
+def sweep_status(sweep_dir: Path) -> dict:
+    manifest = cells.read_manifest(sweep_dir)
+    if manifest is None:
+        raise SystemExit(f"{sweep_dir}: no {cells.MANIFEST} — not a sweep folder, or a sweep made by a sweeper "
+                         "that writes none (optuna); its runs are still readable by python -m ner_lightning.report")
+    rows = []
+    for c in manifest["cells"]:
+        st = cells.status_of(sweep_dir / c["dir"]) if "dir" in c else {"state": "missing", "record": None}
+        if st["state"] == "done" and c.get("config_sha256") and st["results"].get("config_sha256") != c["config_sha256"]:
+            st = {"state": "missing", "record": st["record"], "note": "results.json of another config"}
+        rows.append({**c, **st})
+    return {"manifest": manifest, "rows": rows, "counts": Counter(r["state"] for r in rows)}
+
+
+def _eta(rows: list[dict]) -> str:
+    times = [r["results"]["wall_time_s"] for r in rows if r["state"] == "done" and r["results"].get("wall_time_s")]
+    running = sum(r["state"] == "running" for r in rows)
+    left = sum(r["state"] in ("running", "missing", "failed", "interrupted") for r in rows)
+    if not times or not left:
+        return ""
+    mean = statistics.fmean(times)
+    eta = left * mean / max(running, 1)
+    return f" | mean cell {mean / 60:.1f} min, ETA ~{dt.timedelta(seconds=round(eta))} at {max(running, 1)} cells at once"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ner_lightning.sweep", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    st = sub.add_parser("status", help="done / failed / running / missing cells of a sweep")
+    st.add_argument("sweep_dir", type=Path)
+    st.add_argument("--cells", action="store_true", help="one line per cell")
+    args = parser.parse_args(argv)
+
+    status = sweep_status(args.sweep_dir)
+    rows, counts = status["rows"], status["counts"]
+    if args.cells:
+        for r in rows:
+            extra = ""
+            if r["state"] == "done":
+                extra = f"dev {r['results'].get('monitor')}={r['results'].get('dev_monitor')}, {r['results'].get('wall_time_s')} s"
+            elif r["state"] in ("failed", "interrupted") and r.get("failure"):
+                extra = r["failure"].get("error", "")[:120]
+            elif r.get("record"):
+                rec = r["record"]
+                extra = f"started {rec.get('started')} on {rec.get('host')} pid {rec.get('pid')}"
+            print(f"{r.get('dir', '?'):<60} {r['state']:<12} {extra}")
+    last = status["manifest"]["invocations"][-1] if status["manifest"].get("invocations") else {}
+    print(f"{args.sweep_dir}: {len(rows)} cells — " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES)
+          + (f" | last started {last.get('started')}" if last else "") + _eta(rows))
+    for r in rows:
+        if r["state"] in ("failed", "interrupted") and r.get("failure"):
+            print(f"  {r['state']}: {r['dir']}: {r['failure'].get('error', '')[:200]}")
+    return 0 if counts.get("done", 0) == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

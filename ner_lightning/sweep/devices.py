@@ -1,0 +1,101 @@
+"""One device per parallel job (``hydra/launcher=parallel``, joblib/loky workers).
+
+loky reuses worker processes, and CUDA cannot be re-pointed once a process initialised it
+(``CUDA_VISIBLE_DEVICES`` set after ``import torch`` does nothing). So a device belongs to a
+*worker process*, not to a job: the first job in a worker claims a free slot — an exclusive
+``flock`` on ``<sweep dir>/.slots/slot<k>.lock``, held for the process's life and released by
+the OS when it dies — and every later job in that worker uses the same slot. With ``n_jobs``
+workers alive at most, the slots in use are distinct, so with G GPUs and ``n_jobs`` ≤ G no GPU
+runs two jobs while another idles. Slot k runs on GPU k (k mod G when ``n_jobs`` > G, with a
+warning); on CPU each job gets ``cores // n_jobs`` torch threads.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("ner_lightning")
+
+_claimed: dict[str, tuple[int, object]] = {}  # lock dir -> (slot, open lock file) of this process
+
+
+def claim_slot(lock_dir: str | Path, n_slots: int) -> int:
+    """This process's slot in ``lock_dir`` (the same on every call); the first free one of
+    ``n_slots`` on the first call. Raises if all are held by other live processes."""
+    key = str(Path(lock_dir).resolve())
+    if key in _claimed:
+        return _claimed[key][0]
+    Path(lock_dir).mkdir(parents=True, exist_ok=True)
+    for k in range(n_slots):
+        fh = open(Path(lock_dir) / f"slot{k}.lock", "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            continue
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        _claimed[key] = (k, fh)
+        return k
+    raise RuntimeError(f"all {n_slots} device slots in {lock_dir} are held by live processes: more workers "
+                       f"than hydra.launcher.n_jobs={n_slots}?")
+
+
+def device_for_slot(slot: int, n_gpus: int, n_jobs: int, cores: int) -> dict:
+    """The device a slot's jobs run on: GPU ``slot mod n_gpus``, or the CPU with its thread share."""
+    if n_gpus > 0:
+        if n_jobs > n_gpus:
+            log.warning("hydra.launcher.n_jobs=%d > %d GPUs: %d jobs share a GPU", n_jobs, n_gpus,
+                        -(-n_jobs // n_gpus))
+        return {"accelerator": "gpu", "index": slot % n_gpus, "slot": slot, "threads": None}
+    return {"accelerator": "cpu", "index": None, "slot": slot, "threads": max(1, cores // max(1, n_jobs))}
+
+
+def gpu_count() -> int:
+    """GPUs this process may use (NVML count: no CUDA context is created)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_parallel_jobs() -> int:
+    """``${parallel_jobs:}``: one job per GPU; on a CPU-only machine one per core, at most 8."""
+    return gpu_count() or min(os.cpu_count() or 1, 8)
+
+
+def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
+    """Pin this job to its worker's device when launched by the ``parallel`` launcher (sets
+    ``trainer.accelerator`` / ``trainer.devices`` or the torch thread count) and return what was
+    used — recorded in ``results.json`` as ``device``. Other launchers: the config decides."""
+    import torch
+    from omegaconf import open_dict
+
+    target = str(launcher_cfg.get("_target_", "")) if launcher_cfg is not None else ""
+    if not target.endswith("JoblibLauncher"):
+        return describe(cfg)
+    n_jobs = int(launcher_cfg.n_jobs)
+    if n_jobs < 1:
+        n_jobs = os.cpu_count() or 1
+    slot = claim_slot(Path(sweep_dir) / ".slots", n_jobs)
+    device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1)
+    with open_dict(cfg):
+        if device["accelerator"] == "gpu":
+            cfg.trainer.accelerator = "gpu"
+            cfg.trainer.devices = [device["index"]]
+        else:
+            cfg.trainer.accelerator = "cpu"
+            torch.set_num_threads(device["threads"])
+    return {**describe(cfg), **{k: v for k, v in device.items() if v is not None}}
+
+
+def describe(cfg) -> dict:
+    """What the config asks for (launchers other than ``parallel`` leave the device to it)."""
+    import torch
+
+    return {"accelerator": str(cfg.trainer.accelerator), "devices": str(cfg.trainer.devices),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "threads": torch.get_num_threads(), "pid": os.getpid()}

@@ -1,0 +1,106 @@
+"""``hydra/sweeper=grid`` (the default): Hydra's basic grid sweeper plus a manifest and resume.
+
+Before the first cell starts, the whole expanded grid goes to ``<sweep dir>/manifest.json``
+(cell number, overrides, folder, config hash). A cell whose folder already holds a
+``results.json`` written for the same config hash is done and skipped; failed, interrupted and
+missing cells run again (``12 done, 3 to run``). A command that adds values to an axis may
+reuse the folder: the earlier cells keep their numbers, the new ones are numbered after them. Cells keep their folder across reruns
+(``hydra.sweep.subdir`` numbers cells by the manifest, not by launch order). Failed cells do
+not stop the others; the sweep exits non-zero at the end if any failed.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobStatus
+from omegaconf import OmegaConf, open_dict
+
+from ner_lightning.results import write_json_atomic
+from ner_lightning.sweep import cells
+
+log = logging.getLogger("ner_lightning")
+
+
+class GridSweeper(BasicSweeper):
+    def __init__(self, max_batch_size: int | None = None, params: dict | None = None, resume: bool = True):
+        super().__init__(max_batch_size=max_batch_size, params=params)
+        self.resume = resume
+
+    def _expand(self, arguments: list[str]) -> list[list[str]]:
+        params_conf = self._parse_config() + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        return [job for batch in self.split_arguments(parser.parse_overrides(params_conf), None) for job in batch]
+
+    def _describe(self, k: int, overrides: list[str]) -> dict:
+        """Compose cell ``k`` as its launcher will (folder and config hash) — also validates it."""
+        loader = self.hydra_context.config_loader
+        sweep_config = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.num = k
+            sweep_config.hydra.job.id = k
+        saved = HydraConfig.instance().cfg
+        HydraConfig.instance().set_config(sweep_config)
+        try:
+            subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
+        finally:
+            HydraConfig.instance().cfg = saved
+        return {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": cells.config_sha256(sweep_config)}
+
+    def sweep(self, arguments: list[str]) -> Any:
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        jobs = self._expand(arguments)
+        old = cells.read_manifest(sweep_dir)
+        if old is not None:  # resume, or a grown grid: earlier cells keep their numbers, new ones follow
+            before = [c["overrides"] for c in old["cells"]]
+            if not all(o in jobs for o in before):
+                raise ValueError(
+                    f"{sweep_dir / cells.MANIFEST} holds a grid of {len(before)} cells that this command does not "
+                    "contain: rerun the command that made it (or one that adds axis values) to resume, or choose a "
+                    "new hydra.sweep.dir")
+            jobs = before + [o for o in jobs if o not in before]
+        # Cell numbers first (the subdir resolver reads them), then folders and hashes.
+        manifest = {"sweep_dir": str(sweep_dir), "command": sys.argv, "arguments": list(arguments),
+                    "cells": [{"cell": k, "overrides": o} for k, o in enumerate(jobs)],
+                    "invocations": (old or {}).get("invocations", [])}
+        write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
+        manifest["cells"] = [self._describe(k, o) for k, o in enumerate(jobs)]
+        dirs = [c["dir"] for c in manifest["cells"]]
+        if len(set(dirs)) != len(dirs):
+            dup = next(d for d in dirs if dirs.count(d) > 1)
+            raise ValueError(f"two cells of this grid share the folder {dup!r}: they differ only in keys that "
+                             "hydra.job.config.override_dirname.exclude_keys leaves out of folder names")
+        done = [c for c in manifest["cells"] if self.resume and self._done(sweep_dir / c["dir"], c["config_sha256"])]
+        todo = [c for c in manifest["cells"] if c not in done]
+        manifest["invocations"].append({"started": cells.now(), "done_before": len(done), "to_run": len(todo)})
+        write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
+        log.info("sweep %s: %d cells — %d done, %d to run%s", sweep_dir, len(jobs), len(done), len(todo),
+                 " (skipping cells whose results.json has the same config hash)" if done else "")
+
+        returns, failed = [], []
+        size = self.max_batch_size or len(todo)
+        for i in range(0, len(todo), max(size, 1)):
+            batch = [c["overrides"] for c in todo[i : i + size]]
+            results = self.launcher.launch(batch, initial_job_idx=todo[i]["cell"])
+            returns.append(results)
+            failed += [c for c, r in zip(todo[i : i + size], results) if r.status != JobStatus.COMPLETED]
+        manifest["invocations"][-1].update({"finished": cells.now(), "failed": len(failed)})
+        write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
+        log.info("sweep %s: %d cells — %d ran, %d failed, %d done before | status: python -m ner_lightning.sweep "
+                 "status %s", sweep_dir, len(jobs), len(todo), len(failed), len(done), sweep_dir)
+        if failed:
+            first = next(r for batch in returns for r in batch if r.status != JobStatus.COMPLETED)
+            _ = first.return_value  # re-raises the first failure, as Hydra's basic sweeper does
+        return returns
+
+    @staticmethod
+    def _done(cell_dir: Path, sha: str) -> bool:
+        res = cells.read_json(cell_dir / cells.RESULTS)
+        return res is not None and res.get("status") == "ok" and res.get("config_sha256") == sha
