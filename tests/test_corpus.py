@@ -71,7 +71,25 @@ def test_reader_converts_iob1_when_asked(tmp_path):
     p = tmp_path / "a.tsv"
     p.write_text("Ann\tI-PER\nmet\tO\nBo\tI-PER\nCy\tB-PER\n")
     assert read_conll(p, tag_scheme="iob1")[0].tags == ("B-PER", "O", "B-PER", "B-PER")
-    assert read_conll(p, tag_scheme="iob2")[0].tags == ("I-PER", "O", "I-PER", "B-PER")
+    with pytest.raises(CorpusFormatError, match=r"a.tsv:1: .*'I-PER' follows O or starts a sentence.*tag_scheme: iob1"):
+        read_conll(p, tag_scheme="iob2")
+
+
+def test_iob2_reader_rejects_an_entity_continuing_nothing_and_names_its_line(tmp_path):
+    p = tmp_path / "b.tsv"
+    p.write_text("Ann\tB-PER\nSmith\tI-PER\n\nin\tO\nParis\tI-LOC\n")
+    with pytest.raises(CorpusFormatError, match=r"b.tsv:5: .*'I-LOC' follows O"):
+        read_conll(p)
+    p.write_text("Ann\tB-PER\nParis\tI-LOC\n")
+    with pytest.raises(CorpusFormatError, match=r"b.tsv:2: .*follows a PER token"):
+        read_conll(p)
+
+
+def test_non_utf8_file_names_its_line(tmp_path):
+    p = tmp_path / "c.tsv"
+    p.write_bytes("Ann\tB-PER\n\nK\xf6ln\tB-LOC\n".encode("latin-1"))
+    with pytest.raises(CorpusFormatError, match=r"c.tsv:3: not UTF-8 \(byte 0xf6 at column 2\)"):
+        read_conll(p)
 
 
 def test_split_tag_allows_hyphenated_types():

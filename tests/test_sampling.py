@@ -28,6 +28,24 @@ def test_full_and_bad_sizes():
         sample_partition(POOL, 101, 0, 1, "d")
     with pytest.raises(ValueError, match="positive integer"):
         sample_partition(POOL, 0, 0, 1, "d")
+    with pytest.raises(ValueError, match="partition=-1: must be a non-negative integer"):
+        sample_partition(POOL, 10, -1, 1, "d")
+
+
+def test_too_large_dev_size_names_its_key(toy_cfg):
+    cfg = toy_cfg("data.dev_size=50")
+    encoder = instantiate(cfg.model)
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    with pytest.raises(ValueError, match=r"data.dev_size=50 is larger than toy/dev, which has 4 sentences; "
+                                         r"choose data.dev_size<=4 or data.dev_size=null"):
+        dm.setup("fit")
+
+
+def test_negative_partition_is_rejected(toy_cfg):
+    cfg = toy_cfg("partition=-2")
+    encoder = instantiate(cfg.model)
+    with pytest.raises(ValueError, match="partition=-2: must be a non-negative integer"):
+        instantiate(cfg.data, tokenizer=encoder.tokenizer)
 
 
 def test_partition_independent_of_loss_encoder_and_batching(toy_cfg):

@@ -126,3 +126,89 @@ def test_optuna_search_over_partitions_through_the_cli(toy_data_dir, tmp_path):
           str(tmp_path / "figs"), "--resamples", "100"])
     assert (tmp_path / "figs" / "tuning_value_vs_trial.png").is_file()
     assert (tmp_path / "figs" / "f1_vs_loss_token_loss_lam.png").is_file()
+
+
+TOY = ["dataset.name=toy", "dataset.dir=${paths.data_dir}/toy", "size=8", "debug=tiny", "data.dev_size=null",
+       "trainer=cpu", "trainer.max_epochs=2", "trainer.min_epochs=2"]
+
+
+def _scores(sweep: Path) -> dict:
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    return {c["dir"]: json.loads((sweep / c["dir"] / "results.json").read_text())["test"] for c in manifest["cells"]}
+
+
+def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp_path):
+    """A 3-cell sweep; a cell SIGKILLed mid-run leaves no results.json; the rerun of the same
+    command runs only that cell (and one that never ran) and ends where an uninterrupted sweep ends."""
+    import signal
+    import time
+
+    grid = ["-m", "loss=ce,crf,ce2t", f"hydra.sweep.dir={tmp_path / 'a'}", *TOY]
+    proc = run_cli(grid[:2] + [f"hydra.sweep.dir={tmp_path / 'whole'}"] + TOY, tmp_path, toy_data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "3 cells — 0 done, 3 to run" in proc.stdout + proc.stderr
+    whole = _scores(tmp_path / "whole")
+
+    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true")
+    killed = subprocess.Popen([sys.executable, "-m", "ner_lightning.run", *grid], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    second = None
+    for _ in range(600):
+        cands = list((tmp_path / "a").glob("1_*/cell.json"))
+        if cands:
+            second = cands[0].parent
+            break
+        time.sleep(0.2)
+    assert second is not None, "the second cell never started"
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert not (second / "results.json").exists() and not list(second.glob(".*.tmp"))
+    from ner_lightning.sweep.__main__ import sweep_status
+
+    counts = sweep_status(tmp_path / "a")["counts"]
+    assert counts["done"] == 1 and counts["interrupted"] == 1 and counts["missing"] == 1
+    first = next((tmp_path / "a").glob("0_*/results.json"))
+    mtime = first.stat().st_mtime
+
+    proc = run_cli(grid, tmp_path, toy_data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "3 cells — 1 done, 2 to run" in out
+    assert "cell 2/3 |" in out and "cell 3/3 |" in out and "cell 1/3 |" not in out
+    assert first.stat().st_mtime == mtime  # the done cell was not touched
+    assert {k: v for k, v in _scores(tmp_path / "a").items()} == whole
+    proc = run_cli(grid, tmp_path, toy_data_dir)
+    assert "3 cells — 3 done, 0 to run" in proc.stdout + proc.stderr
+
+
+def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):
+    import signal
+    import time
+
+    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true")
+    run = subprocess.Popen([sys.executable, "-m", "ner_lightning.run", f"hydra.run.dir={tmp_path / 'r'}", *TOY,
+                            "trainer.max_epochs=500", "trainer.min_epochs=500"],
+                           cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        if list((tmp_path / "r").glob("csv/metrics.csv")):
+            break
+        time.sleep(0.2)
+    time.sleep(2)
+    run.send_signal(signal.SIGINT)
+    assert run.wait(120) != 0
+    failure = json.loads((tmp_path / "r" / "failure.json").read_text())
+    assert failure["status"] == "interrupted" and "rerun the same command to resume" in failure["error"]
+    assert not (tmp_path / "r" / "results.json").exists()
+
+
+def test_parallel_launcher_runs_cells_at_once_with_one_slot_each(toy_data_dir, tmp_path):
+    """hydra/launcher=parallel, 2 jobs: distinct device slots, cores split, same scores as local."""
+    args = ["-m", "loss=ce,crf", *TOY]
+    local = run_cli(args + [f"hydra.sweep.dir={tmp_path / 'local'}"], tmp_path, toy_data_dir)
+    par = run_cli(args + ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'par'}"],
+                  tmp_path, toy_data_dir)
+    assert local.returncode == 0 and par.returncode == 0, par.stderr[-3000:]
+    assert _scores(tmp_path / "local") == _scores(tmp_path / "par")
+    devs = [json.loads(p.read_text())["device"] for p in sorted((tmp_path / "par").glob("*/results.json"))]
+    assert sorted(d["slot"] for d in devs) == [0, 1] and len({d["pid"] for d in devs}) == 2
+    assert all(d["accelerator"] == "cpu" and d["threads"] == max(1, (os.cpu_count() or 1) // 2) for d in devs)

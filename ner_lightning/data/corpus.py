@@ -125,7 +125,8 @@ def read_conll(
 
     ``delimiter`` is ``"\\t"`` or ``" "``; ``-DOCSTART-`` lines are skipped. Every token line
     must have the column count of the file's first token line. ``tag_scheme="iob1"``
-    converts to IOB2. With ``entity_types`` given, a tag of any other type is an error.
+    converts to IOB2; with ``"iob2"`` an ``I-T`` that does not continue a ``T`` entity (IOB1
+    input) is an error naming the line, never silently broken spans. Non-UTF-8 bytes name their line. With ``entity_types`` given, a tag of any other type is an error.
     """
     path = Path(path)
     if not path.is_file():
@@ -149,14 +150,24 @@ def read_conll(
             tokens.clear()
             tags.clear()
 
-    with path.open(encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+    prev_type: str | None = None  # entity type of the previous token (None: O or sentence start)
+    with path.open("rb") as fh:
+        for lineno, raw_bytes in enumerate(fh, start=1):
+            try:
+                raw = raw_bytes.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise CorpusFormatError(
+                    f"{path}:{lineno}: not UTF-8 (byte {raw_bytes[err.start]:#04x} at column {err.start + 1}); "
+                    "re-encode the file, e.g. `iconv -f latin1 -t utf-8 in > out`"
+                ) from None
             line = raw.rstrip("\n").rstrip("\r")
             if not line.strip():
+                prev_type = None
                 flush()
                 continue
             if line.startswith("-DOCSTART-"):
                 flush()
+                prev_type = None
                 continue
             cols = line.split(delimiter)
             where = f"{path}:{lineno}: {line!r}"
@@ -180,6 +191,13 @@ def read_conll(
                 raise CorpusFormatError(
                     f"{where}: tag {tag!r} is not O, B-<type> or I-<type>"
                 ) from None
+            if tag_scheme == "iob2" and tag.startswith("I-") and etype != prev_type:
+                raise CorpusFormatError(
+                    f"{where}: {tag!r} " + (f"follows a {prev_type} token" if prev_type else "follows O or starts "
+                                            "a sentence") + ", which IOB2 never does: the file looks like IOB1. Set "
+                    "the dataset's `tag_scheme: iob1` (converted to IOB2 on reading), or fix the file"
+                )
+            prev_type = etype
             if allowed is not None and etype is not None and etype not in allowed:
                 raise CorpusFormatError(
                     f"{where}: unknown entity type {etype!r}; the dataset config lists "

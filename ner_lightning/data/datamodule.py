@@ -102,6 +102,8 @@ class LowResourceDataModule(pl.LightningDataModule):
     ):
         """Every argument is set in ``conf/data/default.yaml`` (no hidden defaults here)."""
         super().__init__()
+        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"partition={partition!r}: must be a non-negative integer (0, 1, 2, ...)")
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.size, self.partition, self.seed = size, partition, seed
@@ -137,7 +139,7 @@ class LowResourceDataModule(pl.LightningDataModule):
             return
         c = self.corpus
         partition = self._select_partition()
-        dev = sample_partition(c.dev, self.dev_size, 0, self.seed, c.name, split="dev")
+        dev = sample_partition(c.dev, self.dev_size, 0, self.seed, c.name, split="dev", key="data.dev_size")
         test = c.test
         if self.entity_types:
             partition, dev, test = (project_entity_types(x, self.entity_types) for x in (partition, dev, test))

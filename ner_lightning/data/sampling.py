@@ -27,22 +27,25 @@ def sample_partition(
     seed: int,
     dataset: str,
     split: str = "train",
+    key: str = "size",
 ) -> list[Sentence]:
     """Draw ``size`` sentences uniformly without replacement (file order kept).
 
     ``size`` of ``None`` or ``"full"`` keeps all sentences. A size larger than the split is
-    an error, not a silent cap.
+    an error, not a silent cap; ``key`` names the config key in messages.
     """
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition={partition!r}: must be a non-negative integer (0, 1, 2, ...)")
     if size is None or size == "full":
         return list(sentences)
     if isinstance(size, str) and size.isdigit():
         size = int(size)
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-        raise ValueError(f"size must be a positive integer or 'full', got {size!r}")
+        raise ValueError(f"{key} must be a positive integer or 'full', got {size!r}")
     if size > len(sentences):
         raise ValueError(
-            f"size={size} is larger than {dataset}/{split}, which has {len(sentences)} "
-            f"sentences; choose size<={len(sentences)} or size=full"
+            f"{key}={size} is larger than {dataset}/{split}, which has {len(sentences)} "
+            f"sentences; choose {key}<={len(sentences)} or {key}={'full' if key == 'size' else 'null'}"
         )
     rng = partition_rng(dataset, split, size, partition, seed)
     chosen = np.sort(rng.choice(len(sentences), size=size, replace=False))

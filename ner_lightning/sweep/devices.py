@@ -76,6 +76,8 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
 
     target = str(launcher_cfg.get("_target_", "")) if launcher_cfg is not None else ""
     if not target.endswith("JoblibLauncher"):
+        if os.environ.get("SLURM_CPUS_PER_TASK"):  # a SLURM task: torch threads = the CPUs it was given
+            torch.set_num_threads(int(os.environ["SLURM_CPUS_PER_TASK"]))
         return describe(cfg)
     n_jobs = int(launcher_cfg.n_jobs)
     if n_jobs < 1:
@@ -93,9 +95,10 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
 
 
 def describe(cfg) -> dict:
-    """What the config asks for (launchers other than ``parallel`` leave the device to it)."""
+    """What the config asks for (launchers other than ``parallel`` leave the device to it; SLURM
+    sets ``CUDA_VISIBLE_DEVICES`` to the task's GPU)."""
     import torch
 
     return {"accelerator": str(cfg.trainer.accelerator), "devices": str(cfg.trainer.devices),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "threads": torch.get_num_threads(), "pid": os.getpid()}
+            "threads": torch.get_num_threads(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}

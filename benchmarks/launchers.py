@@ -1,0 +1,141 @@
+"""One grid through several launchers, and a sweep killed and resumed: markdown on stdout.
+
+    python benchmarks/launchers.py compare --launchers local,parallel,slurm_local,slurm \\
+        --grid "loss=auc2t,ce size=20,50" --extra "trainer.max_epochs=2 data.dev_size=200"
+    python benchmarks/launchers.py resume --grid "loss=ce,crf,ce2t size=20,50" --kill-during 4
+
+``compare`` runs the same ``python -m ner_lightning.run -m <grid> <extra>`` once per launcher
+(each in its own sweep folder under ``--root``), times it, and tabulates every cell's test
+micro-F1 per launcher (same config + seed ⇒ the same scores) and the device it ran on.
+``resume`` runs the grid uninterrupted, then again in a new folder killed (SIGKILL of the whole
+process group) while cell ``--kill-during`` runs, reruns the same command there and compares.
+``slurm`` needs a SLURM cluster (``benchmarks/slurm_localhost.sh`` starts one on this machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SLURM_LOCALHOST = ["hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=null",
+                   "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=4", "hydra.launcher.timeout_min=60"]
+
+
+def command(grid: str, extra: str, sweep_dir: Path, launcher: str) -> list[str]:
+    args = [sys.executable, "-m", "ner_lightning.run", "-m", *shlex.split(grid), *shlex.split(extra),
+            f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep_dir}", "logger=csv",
+            "trainer.enable_progress_bar=false"]
+    if launcher == "slurm":
+        args += SLURM_LOCALHOST
+    return args
+
+
+def cells(sweep_dir: Path) -> dict:
+    manifest = json.loads((sweep_dir / "manifest.json").read_text())
+    out = {}
+    for c in manifest["cells"]:
+        f = sweep_dir / c["dir"] / "results.json"
+        r = json.loads(f.read_text()) if f.is_file() else None
+        out[" ".join(c["overrides"])] = r
+    return out
+
+
+def run(args: list[str], log: Path) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    with log.open("w") as fh:
+        rc = subprocess.call(args, stdout=fh, stderr=subprocess.STDOUT)
+    return rc, time.perf_counter() - t0
+
+
+def compare(ns) -> None:
+    root = Path(ns.root)
+    timing, scores = {}, {}
+    for launcher in ns.launchers.split(","):
+        sweep = root / launcher
+        args = command(ns.grid, ns.extra, sweep, launcher)
+        print(f"running: {shlex.join(args[1:])}", file=sys.stderr, flush=True)
+        rc, wall = run(args, root / f"{launcher}.log")
+        timing[launcher] = (rc, wall)
+        scores[launcher] = cells(sweep)
+    names = list(timing)
+    print(f"Grid `-m {ns.grid} {ns.extra}`, one sweep per launcher (`python benchmarks/launchers.py compare "
+          f"--launchers {ns.launchers} --grid \"{ns.grid}\" --extra \"{ns.extra}\"`).\n")
+    print("| cell | " + " | ".join(f"test F1 ({n})" for n in names) + " | same |")
+    print("|---|" + "---:|" * len(names) + "---|")
+    for key in scores[names[0]]:
+        vals = [scores[n][key]["test"]["micro"]["f1"] if scores[n].get(key) else None for n in names]
+        same = all(v is not None and v == vals[0] for v in vals)
+        print(f"| {key} | " + " | ".join("—" if v is None else f"{v:.4f}" for v in vals) + f" | {'yes' if same else 'NO'} |")
+    print("\n| launcher | exit code | wall time (s) | ratio to local | devices (slot / accelerator / threads / pid) |")
+    print("|---|---:|---:|---:|---|")
+    base = timing.get("local", (0, None))[1]
+    for n in names:
+        rc, wall = timing[n]
+        devs = sorted({(str((r or {}).get("device", {}).get("slot")), (r or {}).get("device", {}).get("accelerator"),
+                        str((r or {}).get("device", {}).get("threads")), str((r or {}).get("device", {}).get("pid")))
+                       for r in scores[n].values() if r})
+        ratio = f"{base / wall:.2f}×" if base else "—"
+        print(f"| {n} | {rc} | {wall:.0f} | {ratio} | {'; '.join('/'.join(d) for d in devs)} |")
+
+
+def resume(ns) -> None:
+    root = Path(ns.root)
+    whole_dir, cut_dir = root / "uninterrupted", root / "killed_then_resumed"
+    rc, wall = run(command(ns.grid, ns.extra, whole_dir, ns.launcher), root / "uninterrupted.log")
+    whole = cells(whole_dir)
+    args = command(ns.grid, ns.extra, cut_dir, ns.launcher)
+    log = (root / "killed.log").open("w")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    target = ns.kill_during - 1
+    while proc.poll() is None:
+        started = list(cut_dir.glob(f"{target}_*/cell.json"))
+        if started and time.time() - started[0].stat().st_mtime > ns.kill_after_s:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.5)
+    proc.wait()
+    status = subprocess.run([sys.executable, "-m", "ner_lightning.sweep", "status", str(cut_dir)],
+                            capture_output=True, text=True).stdout.strip()
+    survived = {k for k, r in cells(cut_dir).items() if r}
+    rc2, wall2 = run(args, root / "resumed.log")
+    said = [line.split("] ", 1)[-1] for line in (root / "resumed.log").read_text().splitlines() if "to run" in line]
+    again = cells(cut_dir)
+    print(f"Grid `-m {ns.grid} {ns.extra}` ({ns.launcher}); killed with SIGKILL {ns.kill_after_s:.0f} s into cell "
+          f"{ns.kill_during} (`python benchmarks/launchers.py resume --grid \"{ns.grid}\" --extra \"{ns.extra}\" "
+          f"--kill-during {ns.kill_during}`).\n")
+    print(f"- after the kill, `python -m ner_lightning.sweep status`: `{status.splitlines()[0] if status else ''}`")
+    print(f"- the rerun of the same command said: `{said[0] if said else '?'}` (exit code {rc2}, {wall2:.0f} s; "
+          f"uninterrupted sweep {wall:.0f} s, exit code {rc})\n")
+    print("| cell | test F1 uninterrupted | test F1 killed + resumed | same | ran in the rerun |")
+    print("|---|---:|---:|---|---|")
+    for key, r in whole.items():
+        a, b = r["test"]["micro"]["f1"], again[key]["test"]["micro"]["f1"]
+        print(f"| {key} | {a:.4f} | {b:.4f} | {'yes' if a == b else 'NO'} | {'no (done)' if key in survived else 'yes'} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("--launchers", default="local,parallel,slurm_local")
+    r = sub.add_parser("resume")
+    r.add_argument("--launcher", default="local")
+    r.add_argument("--kill-during", type=int, default=4, help="cell number (1-based) running when the sweep is killed")
+    r.add_argument("--kill-after-s", type=float, default=20.0, help="seconds into that cell")
+    for q in (c, r):
+        q.add_argument("--grid", default="loss=auc2t,ce size=20,50")
+        q.add_argument("--extra", default="trainer.max_epochs=2 trainer.min_epochs=2 data.dev_size=200")
+        q.add_argument("--root", default=f"multirun/launchers/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+    ns = p.parse_args()
+    Path(ns.root).mkdir(parents=True, exist_ok=True)
+    compare(ns) if ns.mode == "compare" else resume(ns)
+
+
+if __name__ == "__main__":
+    main()

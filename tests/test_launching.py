@@ -1,0 +1,212 @@
+"""Sweep machinery without a GPU: device slots with faked device counts, cell identity and
+bookkeeping, status, file modes, and resuming a cell from its last checkpoint."""
+import json
+import multiprocessing as mp
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf, open_dict
+
+from ner_lightning.results import write_json_atomic
+from ner_lightning.sweep import cells, devices
+
+
+def _hold_slot(lock_dir, n, queue, release_file):
+    slot = devices.claim_slot(lock_dir, n)
+    again = devices.claim_slot(lock_dir, n)  # a reused (loky) worker keeps its slot
+    queue.put((os.getpid(), slot, again))
+    for _ in range(600):  # hold the slot (as a live worker does) until released
+        if os.path.exists(release_file):
+            return
+        time.sleep(0.05)
+
+
+def test_concurrent_workers_claim_distinct_slots_and_a_dead_workers_slot_is_reused(tmp_path):
+    ctx = mp.get_context("spawn")
+    queue, release = ctx.Queue(), str(tmp_path / "release")
+    slots = tmp_path / "slots"
+    procs = [ctx.Process(target=_hold_slot, args=(slots, 3, queue, release)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    got = [queue.get(timeout=60) for _ in procs]
+    assert sorted(slot for _, slot, _ in got) == [0, 1, 2]
+    assert all(slot == again for _, slot, again in got)
+    # all 3 held: a 4th live worker is an error, not a silent double booking
+    with pytest.raises(RuntimeError, match="all 3 device slots"):
+        devices.claim_slot(slots, 3)
+    # the worker holding slot 1 dies (loky replaces it): its replacement gets slot 1
+    pid_of_slot1 = next(pid for pid, slot, _ in got if slot == 1)
+    victim = next(p for p in procs if p.pid == pid_of_slot1)
+    victim.kill()
+    victim.join()
+    late = ctx.Process(target=_hold_slot, args=(slots, 3, queue, release))
+    late.start()
+    assert queue.get(timeout=60)[1] == 1
+    Path(release).touch()
+    for p in procs + [late]:
+        p.join(30)
+
+
+@pytest.mark.parametrize("n_gpus,n_jobs,expected", [
+    (4, 4, [0, 1, 2, 3]),   # one job per GPU
+    (2, 2, [0, 1]),
+    (2, 4, [0, 1, 0, 1]),   # more jobs than GPUs: spread evenly (with a warning)
+])
+def test_slots_map_to_distinct_gpus(n_gpus, n_jobs, expected):
+    got = [devices.device_for_slot(s, n_gpus, n_jobs, cores=16) for s in range(n_jobs)]
+    assert [d["index"] for d in got] == expected and {d["accelerator"] for d in got} == {"gpu"}
+
+
+def test_cpu_slots_share_the_cores():
+    assert devices.device_for_slot(1, 0, n_jobs=2, cores=2) == {"accelerator": "cpu", "index": None, "slot": 1, "threads": 1}
+    assert devices.device_for_slot(0, 0, n_jobs=4, cores=16)["threads"] == 4
+    assert devices.device_for_slot(0, 0, n_jobs=8, cores=2)["threads"] == 1
+
+
+def test_parallel_launcher_pins_trainer_devices(tmp_path, monkeypatch, toy_cfg):
+    cfg = toy_cfg()
+    launcher = OmegaConf.create({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+                                 "n_jobs": 3})
+    monkeypatch.setattr(devices, "gpu_count", lambda: 3)
+    monkeypatch.setattr(devices, "_claimed", {})
+    got = devices.assign(cfg, launcher, str(tmp_path / "sweep"))
+    assert got["accelerator"] == "gpu" and got["index"] == 0 and got["slot"] == 0
+    assert cfg.trainer.accelerator == "gpu" and list(cfg.trainer.devices) == [0]
+
+    threads = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+        monkeypatch.setattr(devices, "_claimed", {})
+        cfg = toy_cfg()
+        got = devices.assign(cfg, launcher, str(tmp_path / "sweep2"))
+        assert got["accelerator"] == "cpu" and got["threads"] == max(1, (os.cpu_count() or 1) // 3)
+        assert torch.get_num_threads() == got["threads"] and cfg.trainer.accelerator == "cpu"
+    finally:
+        torch.set_num_threads(threads)
+    # any other launcher: the config decides, nothing is pinned
+    cfg = toy_cfg()
+    assert devices.assign(cfg, OmegaConf.create({"_target_": "x.BasicLauncher"}), str(tmp_path))["accelerator"] == "cpu"
+
+
+def test_config_hash_is_the_composed_config_not_the_folder(toy_cfg):
+    a, b = cells.config_sha256(toy_cfg("loss=ce")), cells.config_sha256(toy_cfg("loss=ce"))
+    assert a == b
+    assert cells.config_sha256(toy_cfg("loss=crf")) != a
+    assert cells.config_sha256(toy_cfg("loss=ce", "head_lr=0.5")) != a
+    with_hydra = toy_cfg("loss=ce")
+    with open_dict(with_hydra):
+        with_hydra.hydra = {"job": {"num": 7}}
+    assert cells.config_sha256(with_hydra) == a
+
+
+def test_begin_drops_stale_files_and_resumes_only_the_same_config(tmp_path, toy_cfg):
+    out = tmp_path / "cell"
+    ck = out / "checkpoints"
+    ck.mkdir(parents=True)
+    for name in ("failure.json", "results.json"):
+        (out / name).write_text("{}")
+    (ck / "last.ckpt").write_text("x")
+    (ck / "best.ckpt").write_text("x")
+    prefix, resume = cells.begin(toy_cfg(), out, ["loss=ce"], "sha-A", {"accelerator": "cpu"})
+    assert prefix == "run" and resume is None  # no cell.json before: another (unknown) config
+    assert not (out / "failure.json").exists() and not (out / "results.json").exists()
+    assert not list(ck.glob("*.ckpt"))
+    (ck / "last.ckpt").write_text("x")
+    _, resume = cells.begin(toy_cfg(), out, ["loss=ce"], "sha-A", {})
+    assert resume == ck / "last.ckpt"
+    record = json.loads((out / "cell.json").read_text())
+    assert record["attempts"] == 2 and record["config_sha256"] == "sha-A" and record["pid"] == os.getpid()
+    _, resume = cells.begin(toy_cfg(), out, ["loss=ce"], "sha-B", {})
+    assert resume is None and not (ck / "last.ckpt").exists()
+
+
+def test_status_tells_done_failed_interrupted_running_missing(tmp_path):
+    def cell(name, files):
+        d = tmp_path / name
+        d.mkdir()
+        for f, content in files.items():
+            (d / f).write_text(json.dumps(content))
+        return d
+
+    me = {"host": os.uname().nodename, "pid": os.getpid()}
+    dead = {"host": os.uname().nodename, "pid": 2**22 + 12345}
+    assert cells.status_of(cell("a", {"cell.json": me, "results.json": {"status": "ok"}}))["state"] == "done"
+    assert cells.status_of(cell("b", {"cell.json": me, "failure.json": {"status": "failed"}}))["state"] == "failed"
+    assert cells.status_of(cell("c", {"failure.json": {"status": "interrupted"}}))["state"] == "interrupted"
+    assert cells.status_of(cell("d", {"cell.json": dead}))["state"] == "interrupted"  # SIGKILLed: nothing written
+    assert cells.status_of(cell("e", {"cell.json": me}))["state"] == "running"
+    assert cells.status_of(tmp_path / "f")["state"] == "missing"
+
+
+def test_sweep_status_cli_counts_cells_and_exits_nonzero_until_done(tmp_path, capsys):
+    from ner_lightning.sweep.__main__ import main
+
+    manifest = {"cells": [{"cell": k, "overrides": [f"loss={l}"], "dir": f"{k}_loss={l}", "config_sha256": "h"}
+                          for k, l in enumerate(["ce", "crf", "focal"])], "invocations": [{"started": "t"}]}
+    write_json_atomic(tmp_path / "manifest.json", manifest)
+    (tmp_path / "0_loss=ce").mkdir()
+    write_json_atomic(tmp_path / "0_loss=ce" / "results.json", {"status": "ok", "config_sha256": "h", "wall_time_s": 60})
+    (tmp_path / "1_loss=crf").mkdir()
+    write_json_atomic(tmp_path / "1_loss=crf" / "failure.json", {"status": "failed", "error": "FloatingPointError: nan"})
+    assert main(["status", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "3 cells — 1 done, 1 failed, 0 interrupted, 0 running, 1 missing" in out
+    assert "ETA ~0:02:00" in out and "FloatingPointError: nan" in out
+    write_json_atomic(tmp_path / "0_loss=ce" / "results.json", {"status": "ok", "config_sha256": "other"})
+    main(["status", str(tmp_path)])
+    assert "0 done" in capsys.readouterr().out  # results of another config do not count
+
+
+def test_results_files_are_as_readable_as_any_other(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = write_json_atomic(tmp_path / "results.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert not list(tmp_path.glob(".results.json.*"))  # no temp file left
+
+
+def test_a_cell_resumed_from_its_last_checkpoint_ends_as_an_uninterrupted_one(toy_cfg, tmp_path, monkeypatch):
+    """Kill after epoch 1 (last.ckpt written), resume: same dev history, test scores, steps and
+    counters as the run that was never interrupted (batch order, RNG, optimiser, schedule)."""
+    import pytorch_lightning as pl
+
+    from ner_lightning.run import train
+
+    overrides = ("trainer.max_epochs=3", "trainer.min_epochs=3", "data.batch_size=4", "size=12")
+    whole = train(toy_cfg(*overrides))
+    (tmp_path / "run" / "results.json").unlink()  # same folder: as main() does when a cell restarts
+
+    class Killed(Exception):
+        pass
+
+    def crash(self, trainer, pl_module):
+        if trainer.current_epoch == 2:
+            raise Killed
+
+    monkeypatch.setattr(pl.Callback, "on_train_epoch_start", crash, raising=False)
+    cfg = toy_cfg(*overrides)
+    with pytest.raises(Killed):
+        train(cfg)
+    monkeypatch.undo()
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert last.is_file() and not (tmp_path / "run" / "results.json").exists()
+    resumed = train(toy_cfg(*overrides), resume=last)
+    assert resumed["resumed_from"] == str(last)
+    assert resumed["dev"] == whole["dev"] and resumed["best_epoch"] == whole["best_epoch"]
+    assert resumed["test"] == whole["test"] and resumed["global_steps"] == whole["global_steps"]
+    assert resumed["compute"]["train_batches"] == whole["compute"]["train_batches"]
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.ckpt"))  # dropped once the cell is done
+
+
+def test_huge_learning_rate_fails_the_cell(toy_cfg, tmp_path):
+    from ner_lightning.run import train
+
+    with pytest.raises(FloatingPointError, match="diverged; try a lower optimizer.lr"):
+        train(toy_cfg("optimizer.lr=1e6", "head_lr=1e6", "trainer.max_epochs=2"))
+    assert not (tmp_path / "run" / "results.json").exists()
