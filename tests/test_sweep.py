@@ -154,7 +154,7 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     second = None
     for _ in range(600):
-        cands = list((tmp_path / "a").glob("1_*/cell.json"))
+        cands = list((tmp_path / "a").glob("1_*/**/cell.json"))  # dataset.dir's "/" nests the folder
         if cands:
             second = cands[0].parent
             break
@@ -167,7 +167,7 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
 
     counts = sweep_status(tmp_path / "a")["counts"]
     assert counts["done"] == 1 and counts["interrupted"] == 1 and counts["missing"] == 1
-    first = next((tmp_path / "a").glob("0_*/results.json"))
+    first = next((tmp_path / "a").glob("0_*/**/results.json"))
     mtime = first.stat().st_mtime
 
     proc = run_cli(grid, tmp_path, toy_data_dir)
@@ -209,6 +209,19 @@ def test_parallel_launcher_runs_cells_at_once_with_one_slot_each(toy_data_dir, t
                   tmp_path, toy_data_dir)
     assert local.returncode == 0 and par.returncode == 0, par.stderr[-3000:]
     assert _scores(tmp_path / "local") == _scores(tmp_path / "par")
-    devs = [json.loads(p.read_text())["device"] for p in sorted((tmp_path / "par").glob("*/results.json"))]
+    devs = [json.loads(p.read_text())["device"] for p in sorted((tmp_path / "par").rglob("results.json"))]
     assert sorted(d["slot"] for d in devs) == [0, 1] and len({d["pid"] for d in devs}) == 2
     assert all(d["accelerator"] == "cpu" and d["threads"] == max(1, (os.cpu_count() or 1) // 2) for d in devs)
+
+
+def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):
+    """Hydra sets a cell up (folder, .hydra/, log file) before our code runs: an error there
+    (here a file where the folder should be) fails that cell only, not the sweep."""
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    (sweep / "0_dataset.dir=${paths.data_dir}").write_text("not a folder")  # cell 0's folder ("/" nests it)
+    proc = run_cli(["-m", "loss=ce,crf", f"hydra.sweep.dir={sweep}", *TOY], tmp_path, toy_data_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "could not start" in out
+    assert "2 cells — 2 ran, 1 failed" in out
+    assert len(list(sweep.glob("1_*/**/results.json"))) == 1

@@ -103,6 +103,12 @@ def test_missing_encoder_folder_is_a_clear_error(tmp_path):
         TransformerEncoder(str(tmp_path / "no_such_model"))
 
 
+def test_tiny_encoder_refuses_a_name_it_would_ignore(toy_cfg):
+    """debug=tiny model.name_or_path=X would train a random BERT while results.json said X."""
+    with pytest.raises(Exception, match=r"model.name_or_path=.bert-base-cased. would be ignored: model.random_init"):
+        instantiate(toy_cfg("model.name_or_path=bert-base-cased").model)
+
+
 def test_tiny_encoder_word_states_pick_first_subtokens(toy_cfg):
     import torch
 
