@@ -219,7 +219,8 @@ def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):
     (here a file where the folder should be) fails that cell only, not the sweep."""
     sweep = tmp_path / "s"
     sweep.mkdir()
-    (sweep / "0_dataset.dir=${paths.data_dir}").write_text("not a folder")  # cell 0's folder ("/" nests it)
+    # cell 0's folder is "0_" + its sorted overrides; dataset.dir's "/" nests it under this name
+    (sweep / r"0_data.dev_size=null,dataset.dir=$\{paths.data_dir\}").write_text("not a folder")
     proc = run_cli(["-m", "loss=ce,crf", f"hydra.sweep.dir={sweep}", *TOY], tmp_path, toy_data_dir)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "could not start" in out
