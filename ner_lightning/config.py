@@ -1,5 +1,6 @@
 """OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
-``${sweep_cell:num}`` (a cell's number in its sweep manifest), ``${parallel_jobs:}``."""
+``${if_null:value,default}``, ``${sweep_cell:num}`` (a cell's number in its sweep manifest),
+``${parallel_jobs:}``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,6 +22,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
     if not OmegaConf.has_resolver("package_dir"):
         OmegaConf.register_new_resolver("package_dir", _package_dir)
+    if not OmegaConf.has_resolver("if_null"):
+        OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None else value)
     if not OmegaConf.has_resolver("sweep_cell"):
         OmegaConf.register_new_resolver("sweep_cell", _sweep_cell)
     if not OmegaConf.has_resolver("parallel_jobs"):

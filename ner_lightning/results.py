@@ -45,7 +45,7 @@ def best_epoch(history: list[dict], monitor: str) -> dict | None:
 # written to results.json as "grid".
 GRID_PATHS = {
     "size": "size", "partition": "partition", "seed": "seed", "init_seed": "init_seed",
-    "monitor": "monitor", "head_lr": "head_lr", "lr": "optimizer.lr", "max_epochs": "trainer.max_epochs",
+    "monitor": "monitor", "head_lr": "loss.head_lr", "lr": "optimizer.lr", "max_epochs": "trainer.max_epochs",
     "label_scheme": "data.label_scheme", "entity_types": "data.entity_types",
     "entity_share": "data.imbalance.entity_share", "resample": "data.resample",
     "resample_variant": "data.resample_variant", "undersample": "data.undersample",

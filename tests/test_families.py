@@ -100,11 +100,15 @@ def test_every_family_trains_from_scratch_parameters_at_head_lr(loss, toy_cfg):
     assert module.head_lr == 3e-3
 
 
-def test_head_lr_null_means_one_learning_rate(toy_cfg):
-    cfg = toy_cfg("loss=crf", "optimizer.lr=1e-5", "head_lr=null")
-    module = instantiate(cfg.loss, encoder=instantiate(cfg.model), label_set=LabelSet(["PER"]))
+@pytest.mark.parametrize("loss,head", [("ce", 1e-5), ("focal", 1e-5), ("crf", 1e-2), ("auc2t", 1e-2), ("ova_auc", 1e-2)])
+def test_head_lr_null_means_each_familys_default(toy_cfg, loss, head):
+    """Top-level head_lr=null (the default): softmax heads at optimizer.lr, CRF / two-task /
+    one-vs-all heads at 1e-2 (conf/loss/*.yaml); the encoder always at optimizer.lr."""
+    cfg = toy_cfg(f"loss={loss}", "optimizer.lr=1e-5", "head_lr=null")
+    labels = LabelSet(["ENT"] if loss in TWO_TASK else ["PER"])
+    module = instantiate(cfg.loss, encoder=instantiate(cfg.model), label_set=labels)
     opt = instantiate(cfg.optimizer)(params=module.optimizer_parameters())
-    assert {g["lr"] for g in opt.param_groups} == {1e-5}
+    assert opt.param_groups[0]["lr"] == 1e-5 and opt.param_groups[1]["lr"] == head and module.head_lr == head
 
 
 def test_results_record_compute_and_learning_rates(toy_cfg):
