@@ -202,8 +202,9 @@ def main(cfg: DictConfig) -> float | None:
         return train(cfg, resume=resume, cell=cell)["dev_monitor"]
     except BaseException as err:
         trainer = _running.get("trainer")
-        interrupted = isinstance(err, KeyboardInterrupt) or (
-            isinstance(err, SystemExit) and trainer is not None and trainer.interrupted)
+        # Ctrl-C (Lightning turns it into SystemExit), SIGTERM (Lightning's SIGTERMException),
+        # submitit's exit after a timeout / preemption requeue: the cell was stopped, not broken.
+        interrupted = isinstance(err, (KeyboardInterrupt, SystemExit))
         failure = {
             "status": "interrupted" if interrupted else "failed",
             "overrides": _overrides(),
