@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install run sweep test test-fast bench clean
+.PHONY: help install run sweep test test-fast bench slurm-check clean
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
@@ -37,6 +37,10 @@ test-fast: install  ## tests without the subprocess multiruns
 
 bench: install  ## framework vs plain transformers loop, one CE cell (see docs/benchmarks.md)
 	$(BIN)/python benchmarks/bench_ce.py
+
+slurm-check: install  ## (root) start a one-node SLURM here, run the 4-cell grid via local and hydra/launcher=slurm
+	bash benchmarks/slurm_localhost.sh
+	$(BIN)/python benchmarks/launchers.py compare --launchers local,slurm
 
 clean:  ## remove run outputs (keeps .venv)
 	find multirun -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
