@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import logging
 import os
 import socket
 from pathlib import Path
@@ -13,8 +12,6 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.results import write_json_atomic
-
-log = logging.getLogger("ner_lightning")
 
 MANIFEST = "manifest.json"
 CELL = "cell.json"
