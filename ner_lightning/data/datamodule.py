@@ -15,7 +15,7 @@ from ner_lightning.data.regimes import (
     UNTYPED, augment, balanced_undersample, imbalance_sample, project_entity_types, resample,
     training_set_stats, untyped,
 )
-from ner_lightning.data.sampling import partition_rng, sample_partition
+from ner_lightning.data.sampling import check_partition, partition_rng, sample_partition
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -102,8 +102,7 @@ class LowResourceDataModule(pl.LightningDataModule):
     ):
         """Every argument is set in ``conf/data/default.yaml`` (no hidden defaults here)."""
         super().__init__()
-        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-            raise ValueError(f"partition={partition!r}: must be a non-negative integer (0, 1, 2, ...)")
+        check_partition(partition)  # every regime, not only the partition sampler
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.size, self.partition, self.seed = size, partition, seed

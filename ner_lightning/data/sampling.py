@@ -20,6 +20,11 @@ def partition_rng(*key: object) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def check_partition(partition) -> None:
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition={partition!r}: must be a non-negative integer (0, 1, 2, ...)")
+
+
 def sample_partition(
     sentences: list[Sentence],
     size: int | str | None,
@@ -34,8 +39,7 @@ def sample_partition(
     ``size`` of ``None`` or ``"full"`` keeps all sentences. A size larger than the split is
     an error, not a silent cap; ``key`` names the config key in messages.
     """
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise ValueError(f"partition={partition!r}: must be a non-negative integer (0, 1, 2, ...)")
+    check_partition(partition)
     if size is None or size == "full":
         return list(sentences)
     if isinstance(size, str) and size.isdigit():

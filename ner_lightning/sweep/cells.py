@@ -121,9 +121,12 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
 
 def clean_checkpoints(out_dir: Path, keep: str | None) -> None:
     """After a finished cell: every checkpoint goes except ``keep`` (the best one when asked)."""
-    for f in (out_dir / CHECKPOINT_DIR).glob("*.ckpt"):
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    for f in ckpt_dir.glob("*.ckpt"):
         if keep is None or f.resolve() != Path(keep).resolve():
             f.unlink(missing_ok=True)
+    if ckpt_dir.is_dir() and not any(ckpt_dir.iterdir()):
+        ckpt_dir.rmdir()
 
 
 def status_of(cell_dir: Path) -> dict:
