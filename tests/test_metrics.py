@@ -43,3 +43,55 @@ def test_lenient_mode_counts_spans_that_start_with_i():
     flat = flat_scores(s, "test")
     assert flat["test/f1"] == pytest.approx(2 / 3) and flat["test/f1_lenient"] == 1.0
     assert flat["test/recall_lenient"] == 1.0 and flat["test/f1_macro_lenient"] == 1.0
+
+
+def _seqeval_report(gold, pred, mode):
+    """The reference: seqeval's own classification_report, reduced to our keys."""
+    from seqeval.metrics import classification_report
+    from seqeval.scheme import IOB2
+
+    kwargs = {"mode": "strict", "scheme": IOB2} if mode == "strict" else {}
+    report = classification_report(gold, pred, output_dict=True, zero_division=0, **kwargs)
+
+    def pick(row):
+        return {"precision": row["precision"], "recall": row["recall"], "f1": row["f1-score"],
+                "support": int(row["support"])}
+
+    return {"micro": pick(report["micro avg"]), "macro": pick(report["macro avg"]),
+            "per_type": {k: pick(v) for k, v in report.items() if not k.endswith(" avg")}}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_scores_equal_seqeval_bit_for_bit_on_random_and_malformed_tags(seed):
+    """Random tag sequences (stray I-, type switches inside spans, empty sentences, types only
+    predicted or only gold) score exactly as seqeval scores them, in both modes."""
+    import random
+
+    rng = random.Random(seed)
+    tags = ["O", "O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG", "B-MISC"][: rng.randint(4, 9)]
+    gold, pred = [], []
+    for _ in range(rng.randint(1, 30)):
+        n = rng.randint(0, 12)
+        gold.append([rng.choice(tags) for _ in range(n)])
+        pred.append([rng.choice(tags) if rng.random() < 0.6 else g for g in gold[-1]])
+    ours = span_scores(gold, pred)
+    for mode, got in (("strict", ours), ("lenient", ours["lenient"])):
+        if not any(t != "O" for s in gold + pred for t in s):
+            assert got["micro"]["f1"] == 0.0 and got["per_type"] == {}
+            continue
+        ref = _seqeval_report(gold, pred, mode)
+        if mode == "strict" and not ref["per_type"]:
+            continue  # only stray I- tags: seqeval has no rows; we report zeros (checked below)
+        assert got["micro"] == ref["micro"] and got["macro"] == ref["macro"], mode
+        assert got["per_type"] == ref["per_type"], mode
+
+
+def test_only_stray_inside_tags_score_zero_in_strict_mode():
+    s = span_scores([["I-PER", "O"]], [["I-PER", "O"]])
+    assert s["micro"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0} and s["per_type"] == {}
+    assert s["lenient"]["micro"]["f1"] == 1.0
+
+
+def test_unknown_tag_prefix_is_an_error():
+    with pytest.raises(ValueError, match="E-PER"):
+        span_scores([["E-PER"]], [["O"]])
