@@ -1,6 +1,6 @@
 """OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
 ``${if_null:value,default}``, ``${sweep_cell:num}`` (a cell's number in its sweep manifest),
-``${parallel_jobs:}``."""
+``${parallel_jobs:}``, ``${best_precision:accelerator}`` (ner_lightning/hardware.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,12 +28,20 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("sweep_cell", _sweep_cell)
     if not OmegaConf.has_resolver("parallel_jobs"):
         OmegaConf.register_new_resolver("parallel_jobs", _parallel_jobs)
+    if not OmegaConf.has_resolver("best_precision"):
+        OmegaConf.register_new_resolver("best_precision", _best_precision)
 
 
 def _sweep_cell(job_num) -> int:
     from ner_lightning.sweep.cells import cell_number
 
     return cell_number(job_num)
+
+
+def _best_precision(accelerator: str = "auto") -> str:
+    from ner_lightning.hardware import best_precision
+
+    return best_precision(accelerator)
 
 
 def _parallel_jobs() -> int:

@@ -67,6 +67,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
     for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
         lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})
 
+    log.info("%s | %s", prefix, _precision_line(cfg))
     before, after = partition["training_set"]["before"], partition["training_set"]["after"]
     log.info("%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
              "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
@@ -142,6 +143,15 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
         results["epochs"], results["global_steps"], results["wall_time_s"], out_dir / "results.json",
     )
     return results
+
+
+def _precision_line(cfg: DictConfig) -> str:
+    from ner_lightning.hardware import precision_choice
+
+    best, why = precision_choice(str(cfg.trainer.accelerator))
+    if str(OmegaConf.to_container(cfg.trainer)["precision"]).startswith("${best_precision"):
+        return f"precision {cfg.trainer.precision} (auto: {why})"
+    return f"precision {cfg.trainer.precision} (set in the config; auto would pick {best}: {why})"
 
 
 def _loadable(path: Path) -> bool:

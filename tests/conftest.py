@@ -68,11 +68,11 @@ def requires_real_data():
 
 @pytest.fixture
 def toy_cfg(tmp_path, toy_data_dir):
-    """Config for a fast run: toy corpus, tiny encoder, CPU, CSV logger only."""
+    """Config for a fast run: toy corpus, tiny encoder, CPU in fp32 whatever the hardware, CSV logger only."""
     def make(*extra: str):
         overrides = [
             f"paths.data_dir={toy_data_dir}", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
-            "model=tiny", "trainer=cpu", "trainer.max_epochs=2", "trainer.min_epochs=1", "logger=csv", "size=8",
+            "model=tiny", "trainer=cpu", "trainer.precision=32-true", "trainer.max_epochs=2", "trainer.min_epochs=1", "logger=csv", "size=8",
             "trainer.enable_progress_bar=false", *extra,
         ]
         return compose_config(overrides, tmp_path / "run")

@@ -28,6 +28,7 @@ from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.optim import set_pdsca_phase
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
+MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # Lightning name -> encoder dtype
 
 
 class Step(NamedTuple):
@@ -99,8 +100,16 @@ class NERModule(pl.LightningModule):
 
     # --- shared helpers --------------------------------------------------------------------------
     def word_states(self, batch: dict) -> torch.Tensor:
-        hidden = self.encoder(batch["input_ids"], batch["attention_mask"])
-        return self.encoder.word_states(hidden, batch["word_starts"])
+        """Word states ``(B, W, H)`` in fp32. Under mixed precision only the encoder runs in
+        bf16/fp16: every step body runs with autocast off (:meth:`_full_precision`), so heads,
+        losses (CRF log-sum-exp, AUC squares, sigmoids) and decoding stay in fp32."""
+        dtype = MIXED_PRECISION.get(str(self._trainer.precision)) if self._trainer is not None else None
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+            hidden = self.encoder(batch["input_ids"], batch["attention_mask"])
+        return self.encoder.word_states(hidden.float(), batch["word_starts"])
+
+    def _full_precision(self):
+        return torch.autocast(self.device.type, enabled=False)
 
     @staticmethod
     def word_labels(batch: dict) -> torch.Tensor:
@@ -110,6 +119,10 @@ class NERModule(pl.LightningModule):
 
     # --- Lightning hooks -------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        with self._full_precision():
+            return self._training_step(batch)
+
+    def _training_step(self, batch: dict) -> torch.Tensor | None:
         self.train_batches += 1
         if self.automatic_optimization:
             loss = self._finite(self.training_loss(batch))
@@ -187,7 +200,8 @@ class NERModule(pl.LightningModule):
         self._collect("test", batch)
 
     def _collect(self, stage: str, batch: dict) -> None:
-        preds = self.decode(batch)
+        with self._full_precision():
+            preds = self.decode(batch)
         for si, off, p in zip(batch["sentence_index"].tolist(), batch["word_offset"].tolist(), preds):
             self._predictions[stage].append((si, off, p))
 
