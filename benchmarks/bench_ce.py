@@ -1,17 +1,28 @@
-"""One CE cell through ner_lightning vs a minimal transformers/PyTorch loop doing the same work.
+"""One CE cell four ways, in one invocation, against the raw encoder limit (= ``make bench``).
 
-Same sentences (the framework's partition), encoder, epochs, batch size, AdamW + linear
-warm-up/decay, gradient clipping, and one full test evaluation scored with seqeval. No dev
-evaluation in either. Throughput = real (non-padding) sub-word tokens / wall seconds of the
-phase (train = all epochs incl. data loading; eval = the test pass). The plain loop follows
-Hugging Face's run_ner.py: tokenise with ``is_split_into_words``, DataCollatorForTokenClassification,
-random training batches, test batches in file order.
+1. **limit**: the encoder alone at the best precision this machine has, measured here on the
+   same sentences in ideal batches (sorted by length: least padding), no Lightning, no data
+   loading. Eval = forward passes over the test split; train = forward + backward + AdamW step
+   (+ a linear head and CE) over the training partition. fp32 and bf16 autocast are both
+   measured; "best" is the faster (bf16 pays only with native bf16: AVX-512 BF16 / AMX / GPU).
+2. **plain**: the loop a researcher writes around transformers' examples (run_ner.py style:
+   ``DataCollatorForTokenClassification``, random batches, test in file order).
+3. **hf_trainer**: Hugging Face ``Trainer`` with length-grouped batches, same data, epochs, lr,
+   batch, warm-up, clipping, weight decay; ``Trainer.predict`` on test.
+4. **ner_lightning**: the framework's cell with its defaults (``trainer.precision`` auto,
+   ``data.group_by_length``), no dev evaluation, one test evaluation.
 
-    python benchmarks/bench_ce.py --size 100 --epochs 10
+Same partition (the framework's sampler picks the sentences for all), encoder, epochs and
+batch size everywhere. Throughput = real (non-padding) sub-word tokens / wall seconds of the
+phase: train = all epochs incl. data loading and optimiser, eval = the test pass incl.
+decoding (and, for the framework, span scoring). Ratios printed at the end.
+
+    python benchmarks/bench_ce.py --size 100 --epochs 10 [--out bench.json]
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import tempfile
@@ -19,28 +30,85 @@ import time
 from pathlib import Path
 
 import torch
+from hydra.utils import instantiate
+
 from ner_lightning.config import compose_config
+from ner_lightning.data.alignment import collate_features
+from ner_lightning.hardware import precision_choice
 from ner_lightning.run import train
 
 
-def run_framework(cfg) -> dict:
-    res = train(cfg)
-    tp = res["throughput"]
-    return {
-        "train_s": res["phase_s"]["fit"], "eval_s": res["phase_s"]["test"],
-        "test_f1": res["test"]["micro"]["f1"],
-        "train_real_tokens": tp["train_tokens"], "eval_real_tokens": tp["eval_tokens"],
-        "train_padding": tp["train_padding_ratio"], "eval_padding": tp["eval_padding_ratio"],
-    }
+def _autocast(precision: str):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def run_plain(cfg) -> dict:
-    """The hand-written loop: what a researcher writes around transformers' examples."""
-    from hydra.utils import instantiate
-    from seqeval.metrics import f1_score
-    from seqeval.scheme import IOB2
-    from transformers import (AutoModelForTokenClassification, AutoTokenizer,
-                              DataCollatorForTokenClassification, get_linear_schedule_with_warmup)
+def _sorted_batches(features, batch_size: int, pad_id: int) -> list[dict]:
+    feats = sorted(features, key=lambda f: len(f.input_ids))
+    return [collate_features(feats[i : i + batch_size], pad_id) for i in range(0, len(feats), batch_size)]
+
+
+def limits(cfg, max_eval_tokens: int) -> dict:
+    """Raw encoder tokens/s in ideal batches, per precision: ``{"eval": {fp32, bf16}, "train": …}``."""
+    from ner_lightning.models.encoder import TransformerEncoder
+
+    encoder: TransformerEncoder = instantiate(cfg.model)
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    dm.setup("fit")
+    pad = encoder.tokenizer.pad_token_id
+    test = _sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad)
+    total = sum(int(b["attention_mask"].sum()) for b in test)
+    stride = max(1, -(-total // max_eval_tokens))  # every k-th batch: the whole length range
+    eval_batches = test[::stride]
+    train_batches = _sorted_batches(dm.features["train"], cfg.data.batch_size, pad)
+    out = {"eval": {}, "train": {}, "eval_sample_tokens": sum(int(b["attention_mask"].sum()) for b in eval_batches)}
+    state = {k: v.clone() for k, v in encoder.state_dict().items()}
+    for precision in ("fp32", "bf16"):
+        encoder.load_state_dict(state)
+        encoder.eval()
+        with torch.inference_mode(), _autocast(precision):
+            encoder(eval_batches[0]["input_ids"], eval_batches[0]["attention_mask"])  # warm-up
+            t, n = time.perf_counter(), 0
+            for b in eval_batches:
+                encoder(b["input_ids"], b["attention_mask"])
+                n += int(b["attention_mask"].sum())
+            out["eval"][precision] = n / (time.perf_counter() - t)
+        encoder.train()
+        head = torch.nn.Linear(encoder.hidden_size, len(dm.label_set))
+        opt = torch.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=cfg.optimizer.lr)
+
+        def step(b):
+            with _autocast(precision):
+                hidden = encoder(b["input_ids"], b["attention_mask"])
+            logits = head(encoder.word_states(hidden.float(), b["word_starts"]))[b["word_mask"]]
+            gold = b["labels"].gather(1, b["word_starts"])[b["word_mask"]]
+            torch.nn.functional.cross_entropy(logits, gold).backward()
+            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+
+        step(train_batches[0])  # warm-up
+        t, n = time.perf_counter(), 0
+        for b in train_batches:
+            step(b)
+            n += int(b["attention_mask"].sum())
+        out["train"][precision] = n / (time.perf_counter() - t)
+    return out
+
+
+def _encode_hf(tok, sents, label2id, max_length):
+    out = []
+    for s in sents:
+        enc = tok(list(s.tokens), is_split_into_words=True, truncation=True, max_length=max_length)
+        prev, lab = None, []
+        for wid in enc.word_ids():
+            lab.append(-100 if wid is None or wid == prev else label2id[s.tags[wid]])
+            prev = wid
+        out.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": lab})
+    return out
+
+
+def _hf_setup(cfg):
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     from ner_lightning.data.sampling import sample_partition
 
@@ -49,67 +117,107 @@ def run_plain(cfg) -> dict:
     train_sents = sample_partition(corpus.train, cfg.size, cfg.partition, cfg.seed, corpus.name)
     labels = corpus.label_set.labels
     label2id = {l: i for i, l in enumerate(labels)}
-    path = cfg.model.name_or_path
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
     model = AutoModelForTokenClassification.from_pretrained(
-        path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label2id)
+        cfg.model.name_or_path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label2id)
+    train_ds = _encode_hf(tok, train_sents, label2id, cfg.data.max_length)
+    test_ds = _encode_hf(tok, corpus.test, label2id, cfg.data.max_length)
+    return tok, model, labels, train_ds, test_ds
 
-    def encode(sents):
-        out = []
-        for s in sents:
-            enc = tok(list(s.tokens), is_split_into_words=True, truncation=True, max_length=cfg.data.max_length)
-            prev, lab = None, []
-            for wid in enc.word_ids():
-                lab.append(-100 if wid is None or wid == prev else label2id[s.tags[wid]])
-                prev = wid
-            out.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": lab})
-        return out
 
+def _f1(labels, gold_rows, pred_rows) -> float:
+    from ner_lightning.metrics import span_scores
+
+    gold, pred = [], []
+    for row_l, row_p in zip(gold_rows, pred_rows):
+        keep = [i for i, l in enumerate(row_l) if l != -100]
+        gold.append([labels[row_l[i]] for i in keep])
+        pred.append([labels[row_p[i]] for i in keep])
+    return span_scores(gold, pred)["micro"]["f1"]
+
+
+def _count(ds) -> int:
+    return sum(len(x["input_ids"]) for x in ds)
+
+
+def run_plain(cfg, precision: str) -> dict:
+    """The hand-written loop: what a researcher writes around transformers' examples."""
+    from transformers import DataCollatorForTokenClassification, get_linear_schedule_with_warmup
+
+    tok, model, labels, train_ds, test_ds = _hf_setup(cfg)
     collator = DataCollatorForTokenClassification(tok)
-    train_ds, test_ds = encode(train_sents), encode(corpus.test)
     g = torch.Generator().manual_seed(cfg.seed)
     train_dl = torch.utils.data.DataLoader(train_ds, batch_size=cfg.data.batch_size, shuffle=True,
                                            collate_fn=collator, generator=g)
     test_dl = torch.utils.data.DataLoader(test_ds, batch_size=cfg.data.eval_batch_size, collate_fn=collator)
     epochs = cfg.trainer.max_epochs
-    head = list(model.classifier.parameters())  # trained from scratch: head_lr, as in the framework
-    body = [p for p in model.parameters() if all(p is not h for h in head)]
-    groups = [{"params": body}, {"params": head, "lr": cfg.head_lr or cfg.optimizer.lr}]
-    opt = torch.optim.AdamW(groups, lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay)
     total = epochs * len(train_dl)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.loss.warmup_ratio * total), total)
-
     t0 = time.perf_counter()
     model.train()
-    n_train = n_train_pad = 0
+    padded = 0
     for _ in range(epochs):
         for batch in train_dl:
-            loss = model(**batch).loss
+            with _autocast(precision):
+                loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clip_val)
             opt.step()
             sched.step()
             opt.zero_grad()
-            n_train += int(batch["attention_mask"].sum())
-            n_train_pad += batch["attention_mask"].numel()
+            padded += batch["attention_mask"].numel()
     t1 = time.perf_counter()
     model.eval()
-    gold, pred = [], []
-    n_eval = n_eval_pad = 0
-    with torch.inference_mode():
+    gold, pred, eval_padded = [], [], 0
+    with torch.inference_mode(), _autocast(precision):
         for batch in test_dl:
             best = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
-            for row_l, row_p in zip(batch["labels"], best):
-                keep = row_l != -100
-                gold.append([labels[i] for i in row_l[keep].tolist()])
-                pred.append([labels[i] for i in row_p[keep].tolist()])
-            n_eval += int(batch["attention_mask"].sum())
-            n_eval_pad += batch["attention_mask"].numel()
-        f1 = f1_score(gold, pred, mode="strict", scheme=IOB2)
+            gold += batch["labels"].tolist()
+            pred += best.tolist()
+            eval_padded += batch["attention_mask"].numel()
+    f1 = _f1(labels, gold, pred)
     t2 = time.perf_counter()
-    return {"train_s": round(t1 - t0, 2), "eval_s": round(t2 - t1, 2), "test_f1": f1,
-            "train_real_tokens": n_train, "eval_real_tokens": n_eval,
-            "train_padding": round(n_train_pad / n_train, 3), "eval_padding": round(n_eval_pad / n_eval, 3)}
+    n_train, n_eval = epochs * _count(train_ds), _count(test_ds)
+    return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": f1, "train_real_tokens": n_train,
+            "eval_real_tokens": n_eval, "train_padding": padded / n_train, "eval_padding": eval_padded / n_eval}
+
+
+def run_hf_trainer(cfg, precision: str, out_dir: Path) -> dict:
+    """Hugging Face ``Trainer`` with length-grouped training batches."""
+    from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+
+    tok, model, labels, train_ds, test_ds = _hf_setup(cfg)
+    params = inspect.signature(TrainingArguments).parameters
+    renamed = "train_sampling_strategy" in params  # transformers 5 renamed these
+    grouping = {"train_sampling_strategy": "group_by_length"} if renamed else {"group_by_length": True}
+    warmup = {"warmup_steps": float(cfg.loss.warmup_ratio)} if renamed else {"warmup_ratio": cfg.loss.warmup_ratio}
+    args = TrainingArguments(
+        output_dir=str(out_dir / "hf_trainer"), per_device_train_batch_size=cfg.data.batch_size,
+        per_device_eval_batch_size=cfg.data.eval_batch_size, num_train_epochs=cfg.trainer.max_epochs,
+        learning_rate=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay,
+        max_grad_norm=cfg.trainer.gradient_clip_val, lr_scheduler_type="linear", bf16=precision == "bf16",
+        save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True,
+        seed=cfg.seed, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), **grouping, **warmup)
+    trainer = Trainer(model=model, args=args, train_dataset=train_ds, data_collator=DataCollatorForTokenClassification(tok))
+    t0 = time.perf_counter()
+    trainer.train()
+    t1 = time.perf_counter()
+    out = trainer.predict(test_ds)
+    pred = out.predictions.argmax(-1).tolist()
+    f1 = _f1(labels, out.label_ids.tolist(), pred)
+    t2 = time.perf_counter()
+    return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": f1, "train_real_tokens": cfg.trainer.max_epochs * _count(train_ds),
+            "eval_real_tokens": _count(test_ds), "train_padding": None, "eval_padding": None}
+
+
+def run_framework(cfg) -> dict:
+    res = train(cfg)
+    tp = res["throughput"]
+    return {"train_s": res["phase_s"]["fit"], "eval_s": res["phase_s"]["test"], "test_f1": res["test"]["micro"]["f1"],
+            "train_real_tokens": tp["train_tokens"], "eval_real_tokens": tp["eval_tokens"],
+            "train_padding": tp["train_padding_ratio"], "eval_padding": tp["eval_padding_ratio"],
+            "precision": res["config"]["trainer"]["precision"]}
 
 
 def main() -> None:
@@ -118,35 +226,63 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--dataset", default="conll2003")
     ap.add_argument("--model", default="minilm")
+    ap.add_argument("--limit-tokens", type=int, default=20000, help="test tokens the eval limit is measured on")
+    ap.add_argument("--skip", default="", help="comma list of plain,hf_trainer to leave out")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
-    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
     out_dir = Path(tempfile.mkdtemp(prefix="bench_ce_"))
     cfg = compose_config([
         f"dataset={args.dataset}", f"model={args.model}", "loss=ce", f"size={args.size}",
-        f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false", "trainer.enable_progress_bar=false",
-        "callbacks=none", "+callbacks.token_throughput._target_=ner_lightning.callbacks.TokenThroughput",
-        "logger=none", *args.overrides,
+        f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false",
+        "trainer.enable_progress_bar=false", "callbacks=none",
+        "+callbacks.token_throughput._target_=ner_lightning.callbacks.TokenThroughput", "logger=none", *args.overrides,
     ], out_dir)
+    auto, why = precision_choice(str(cfg.trainer.accelerator))
+    print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
+          f"{torch.get_num_threads()} threads; trainer.precision auto = {auto} ({why})", flush=True)
 
-    print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, "
-          f"batch {cfg.data.batch_size}, {torch.get_num_threads()} threads", flush=True)
-    plain = run_plain(cfg)
-    print("plain loop done", flush=True)
-    frame = run_framework(cfg)
+    lim = limits(cfg, args.limit_tokens)
+    best = {k: max(v, key=v.get) for k, v in ((k, lim[k]) for k in ("eval", "train"))}
+    for k in ("eval", "train"):
+        print(f"limit {k:5}: " + "  ".join(f"{p} {v:,.0f} tok/s" for p, v in lim[k].items()) + f"  -> best {best[k]}",
+              flush=True)
+    precision = "bf16" if cfg.trainer.precision == "bf16-mixed" else "fp32"
     rows = {}
-    for name, r in (("plain", plain), ("ner_lightning", frame)):
-        rows[name] = dict(r, train_tokens_per_s=r["train_real_tokens"] / r["train_s"],
-                          eval_tokens_per_s=r["eval_real_tokens"] / r["eval_s"])
-    print(f"{'':14}{'train tok/s':>12}{'eval tok/s':>12}{'train pad':>10}{'eval pad':>10}{'test F1':>9}")
+    if "plain" not in args.skip:
+        rows["plain"] = run_plain(cfg, precision)
+        print("plain loop done", flush=True)
+    if "hf_trainer" not in args.skip:
+        rows["hf_trainer"] = run_hf_trainer(cfg, precision, out_dir)
+        print("HF Trainer done", flush=True)
+    rows["ner_lightning"] = run_framework(cfg)
+    for r in rows.values():
+        r["train_tokens_per_s"] = r["train_real_tokens"] / r["train_s"]
+        r["eval_tokens_per_s"] = r["eval_real_tokens"] / r["eval_s"]
+
+    def fmt(x, spec):
+        return format(x, spec) if x is not None else "-"
+
+    print(f"{'':14}{'train s':>9}{'eval s':>8}{'train tok/s':>12}{'eval tok/s':>12}{'train pad':>10}{'eval pad':>9}{'test F1':>9}")
     for name, r in rows.items():
-        print(f"{name:14}{r['train_tokens_per_s']:12.0f}{r['eval_tokens_per_s']:12.0f}"
-              f"{r['train_padding']:10.2f}{r['eval_padding']:10.2f}{r['test_f1']:9.4f}")
-    ratio = {k: rows["ner_lightning"][k] / rows["plain"][k] for k in ("train_tokens_per_s", "eval_tokens_per_s")}
-    print(f"ratio ner_lightning/plain: train {ratio['train_tokens_per_s']:.2f}  eval {ratio['eval_tokens_per_s']:.2f}")
+        print(f"{name:14}{r['train_s']:9.1f}{r['eval_s']:8.1f}{r['train_tokens_per_s']:12,.0f}{r['eval_tokens_per_s']:12,.0f}"
+              f"{fmt(r['train_padding'], '10.2f'):>10}{fmt(r['eval_padding'], '9.2f'):>9}{r['test_f1']:9.4f}")
+    fw = rows["ner_lightning"]
+    ratios = {
+        "train_vs_limit": fw["train_tokens_per_s"] / lim["train"][best["train"]],
+        "eval_vs_limit": fw["eval_tokens_per_s"] / lim["eval"][best["eval"]],
+    }
+    for name in ("plain", "hf_trainer"):
+        if name in rows:
+            ratios[f"time_vs_{name}"] = (fw["train_s"] + fw["eval_s"]) / (rows[name]["train_s"] + rows[name]["eval_s"])
+    print(f"ner_lightning at {fw['precision']}: train {ratios['train_vs_limit']:.0%} of the {best['train']} limit, "
+          f"eval {ratios['eval_vs_limit']:.0%} of the {best['eval']} limit")
+    for name in ("plain", "hf_trainer"):
+        if f"time_vs_{name}" in ratios:
+            print(f"time (train + test) ner_lightning / {name}: {ratios[f'time_vs_{name}']:.2f}x")
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, "ratio": ratio, "argv": sys.argv}, indent=2))
+        Path(args.out).write_text(json.dumps({"limits": lim, "best": best, "rows": rows, "ratios": ratios,
+                                              "argv": sys.argv}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
-"""Lightning callbacks of our own: real (non-padding) sub-word tokens per second."""
+"""Lightning callbacks of our own: real (non-padding) sub-word tokens per second, and the
+precision dev/test evaluation runs in."""
 from __future__ import annotations
 
+import logging
 import time
 
 import pytorch_lightning as pl
+
+log = logging.getLogger("ner_lightning")
 
 
 class TokenThroughput(pl.Callback):
@@ -51,3 +55,30 @@ class TokenThroughput(pl.Callback):
             out[f"{s}_tokens_per_s"] = round(self.tokens[s] / self.seconds[s], 1) if self.seconds[s] else None
             out[f"{s}_padding_ratio"] = round(self.padded[s] / self.tokens[s], 3) if self.tokens[s] else None
         return out
+
+
+class EvalPrecision(pl.Callback):
+    """Runs the encoder of every dev/test evaluation under ``precision`` (training keeps
+    ``trainer.precision``): ``auto`` = bf16 where the hardware multiplies bf16 natively
+    (``ner_lightning.hardware``), else fp32; or a Lightning name (32-true, bf16-mixed, 16-mixed).
+    Heads, losses and decoding stay fp32 (``NERModule.word_states``)."""
+
+    NAMES = ("auto", "32-true", "bf16-mixed", "16-mixed")
+
+    def __init__(self, precision: str):
+        if precision not in self.NAMES:
+            raise ValueError(f"callbacks.eval_precision.precision must be one of {self.NAMES}, got {precision!r}")
+        self.precision = precision
+        self.chosen: str | None = None
+        self.reason = ""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        from ner_lightning.hardware import precision_choice
+
+        if self.chosen is None:
+            accelerator = "gpu" if trainer.strategy.root_device.type == "cuda" else "cpu"
+            best, why = precision_choice(accelerator)
+            self.chosen, self.reason = (best, f"auto: {why}") if self.precision == "auto" else (
+                self.precision, f"set in the config; auto would pick {best}: {why}")
+            log.info("precision: training %s, evaluation %s (%s)", trainer.precision, self.chosen, self.reason)
+        pl_module.eval_precision = self.chosen

@@ -67,7 +67,6 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
     for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
         lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})
 
-    log.info("%s | %s", prefix, _precision_line(cfg))
     before, after = partition["training_set"]["before"], partition["training_set"]["after"]
     log.info("%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
              "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
@@ -127,6 +126,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
         "phase_s": {"setup": round(t_fit - t_start, 2), "fit": round(t_test - t_fit, 2),
                     "test": round(t_end - t_test, 2)},
         "throughput": throughput,
+        "precision": {"train": str(trainer.precision), "eval": module.eval_precision or str(trainer.precision)},
     }
     write_json_atomic(out_dir / "results.json", results)
     _summarise_wandb(loggers, results)
@@ -143,15 +143,6 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
         results["epochs"], results["global_steps"], results["wall_time_s"], out_dir / "results.json",
     )
     return results
-
-
-def _precision_line(cfg: DictConfig) -> str:
-    from ner_lightning.hardware import precision_choice
-
-    best, why = precision_choice(str(cfg.trainer.accelerator))
-    if str(OmegaConf.to_container(cfg.trainer)["precision"]).startswith("${best_precision"):
-        return f"precision {cfg.trainer.precision} (auto: {why})"
-    return f"precision {cfg.trainer.precision} (set in the config; auto would pick {best}: {why})"
 
 
 def _loadable(path: Path) -> bool:

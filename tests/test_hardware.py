@@ -26,54 +26,75 @@ def test_cpu_without_native_bf16_stays_fp32(flags):
     assert best == "32-true" and "no native bf16" in why
 
 
-def test_config_default_resolves_through_the_hardware(flags, tmp_path):
+def test_best_precision_resolver_follows_the_hardware(flags, tmp_path):
     from ner_lightning.config import compose_config
 
     flags("avx2")
-    assert compose_config([], tmp_path).trainer.precision == "32-true"
+    assert compose_config(["trainer.precision=${best_precision:cpu}"], tmp_path).trainer.precision == "32-true"
     flags("avx512_bf16")
-    assert compose_config([], tmp_path).trainer.precision == "bf16-mixed"
-    assert compose_config(["trainer.precision=32-true"], tmp_path).trainer.precision == "32-true"
+    assert compose_config(["trainer.precision=${best_precision:cpu}"], tmp_path).trainer.precision == "bf16-mixed"
+    assert compose_config([], tmp_path).trainer.precision == "32-true"  # training default: fp32 everywhere
 
 
-def test_precision_line_says_auto_or_pinned(flags, tmp_path):
-    from ner_lightning.config import compose_config
-    from ner_lightning.run import _precision_line
-
-    flags("avx2")
-    assert _precision_line(compose_config([], tmp_path)).startswith("precision 32-true (auto: the CPU has no")
-    line = _precision_line(compose_config(["trainer.precision=bf16-mixed"], tmp_path))
-    assert line.startswith("precision bf16-mixed (set in the config; auto would pick 32-true")
-
-
-@pytest.mark.parametrize("loss", ["ce", "crf", "auc2t", "ova_auc"])
-def test_mixed_precision_runs_the_encoder_in_bf16_and_everything_after_it_in_fp32(loss, toy_cfg):
-    """Under trainer.precision=bf16-mixed the encoder's matrix products are bf16 while the word
-    states every head, loss and decoder sees are fp32 (a CRF's log-sum-exp in bf16 loses the score)."""
+def _spy_linear_dtypes(monkeypatch) -> dict:
+    """Record the dtype every Linear layer outputs, per (training or eval, encoder or head)."""
     import torch
 
     from ner_lightning.models.base import NERModule
-    from ner_lightning.run import train
 
-    seen = {"encoder": set(), "head": set()}
+    seen: dict = {}
     original = NERModule.word_states
 
     def word_states(self, batch):
-        """The dtype every Linear layer outputs: the encoder's, and the heads' after it."""
         if not getattr(self, "_spied", False):
             inside = {id(m) for m in self.encoder.modules()}
             for m in self.modules():
                 if isinstance(m, torch.nn.Linear):
                     where = "encoder" if id(m) in inside else "head"
-                    m.register_forward_hook(lambda m, i, out, where=where: seen[where].add(out.dtype))
+                    m.register_forward_hook(lambda m, i, out, where=where: seen.setdefault(
+                        ("train" if m.training else "eval", where), set()).add(out.dtype))
             self._spied = True
         return original(self, batch)
 
-    patch = pytest.MonkeyPatch()
-    patch.setattr(NERModule, "word_states", word_states)
-    try:
-        results = train(toy_cfg(f"loss={loss}", "trainer.precision=bf16-mixed", "trainer.max_epochs=1"))
-    finally:
-        patch.undo()
-    assert seen == {"encoder": {torch.bfloat16}, "head": {torch.float32}}
-    assert results["test"]["micro"]["support"] > 0 and results["config"]["trainer"]["precision"] == "bf16-mixed"
+    monkeypatch.setattr(NERModule, "word_states", word_states)
+    return seen
+
+
+@pytest.mark.parametrize("cpu", ["avx2", "avx512_bf16"])
+def test_eval_precision_auto_uses_bf16_for_evaluation_only_where_native(cpu, flags, toy_cfg, monkeypatch):
+    import torch
+
+    from ner_lightning.run import train
+
+    flags(cpu)
+    seen = _spy_linear_dtypes(monkeypatch)
+    results = train(toy_cfg("trainer.max_epochs=1"))
+    evaluation = torch.bfloat16 if cpu == "avx512_bf16" else torch.float32
+    assert seen == {("train", "encoder"): {torch.float32}, ("train", "head"): {torch.float32},
+                    ("eval", "encoder"): {evaluation}, ("eval", "head"): {torch.float32}}
+    assert results["precision"] == {"train": "32-true",
+                                    "eval": "bf16-mixed" if cpu == "avx512_bf16" else "32-true"}
+
+
+def test_eval_precision_rejects_unknown_names(toy_cfg):
+    from ner_lightning.run import train
+
+    with pytest.raises(Exception, match="callbacks.eval_precision.precision must be one of"):
+        train(toy_cfg("callbacks.eval_precision.precision=fp8"))
+
+
+@pytest.mark.parametrize("loss", ["ce", "crf", "auc2t", "ova_auc"])
+def test_mixed_precision_runs_the_encoder_in_bf16_and_everything_after_it_in_fp32(loss, toy_cfg, monkeypatch):
+    """Under trainer.precision=bf16-mixed the encoder's matrix products are bf16 while every
+    head, loss and decoder works in fp32 (a CRF's log-sum-exp in bf16 loses the score)."""
+    import torch
+
+    from ner_lightning.run import train
+
+    seen = _spy_linear_dtypes(monkeypatch)
+    results = train(toy_cfg(f"loss={loss}", "trainer.precision=bf16-mixed", "callbacks.eval_precision.precision=bf16-mixed",
+                            "trainer.max_epochs=1"))
+    assert seen == {("train", "encoder"): {torch.bfloat16}, ("train", "head"): {torch.float32},
+                    ("eval", "encoder"): {torch.bfloat16}, ("eval", "head"): {torch.float32}}
+    assert results["test"]["micro"]["support"] > 0
+    assert results["precision"] == {"train": "bf16-mixed", "eval": "bf16-mixed"}

@@ -131,6 +131,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.aligner = SubwordAligner(tokenizer, max_length)
         self.sentences: dict[str, list[Sentence]] = {}
         self.features: dict[str, list[Feature]] = {}
+        self._eval_batches: dict[str, list[dict]] = {}
 
     # --- the sentences each split uses -------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -234,9 +235,13 @@ class LowResourceDataModule(pl.LightningDataModule):
         )
 
     def _eval_loader(self, split: str) -> DataLoader:
-        feats = sorted(self.features[split], key=lambda f: len(f.input_ids))
-        return DataLoader(feats, batch_size=self.eval_batch_size, shuffle=False,
-                          collate_fn=self._collate(), num_workers=self.num_workers)
+        """Batches sorted by length, padded once per split and reused by every evaluation."""
+        if split not in self._eval_batches:
+            feats = sorted(self.features[split], key=lambda f: len(f.input_ids))
+            collate = self._collate()
+            self._eval_batches[split] = [collate(feats[i : i + self.eval_batch_size])
+                                         for i in range(0, len(feats), self.eval_batch_size)]
+        return DataLoader(self._eval_batches[split], batch_size=None, shuffle=False)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("dev")

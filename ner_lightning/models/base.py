@@ -81,6 +81,7 @@ class NERModule(pl.LightningModule):
         self.scores: dict[str, dict] = {}  # latest span scores per stage
         self.history: list[dict] = []  # dev scores of every validation epoch
         self._predictions: dict[str, list] = {"val": [], "test": []}
+        self.eval_precision: str | None = None  # set by callbacks.EvalPrecision; None = trainer.precision
         self.train()  # from_pretrained leaves the encoder in eval mode (dropout off)
 
     # --- to implement per family ---------------------------------------------------------------
@@ -100,10 +101,14 @@ class NERModule(pl.LightningModule):
 
     # --- shared helpers --------------------------------------------------------------------------
     def word_states(self, batch: dict) -> torch.Tensor:
-        """Word states ``(B, W, H)`` in fp32. Under mixed precision only the encoder runs in
-        bf16/fp16: every step body runs with autocast off (:meth:`_full_precision`), so heads,
-        losses (CRF log-sum-exp, AUC squares, sigmoids) and decoding stay in fp32."""
-        dtype = MIXED_PRECISION.get(str(self._trainer.precision)) if self._trainer is not None else None
+        """Word states ``(B, W, H)`` in fp32. Under mixed precision (``trainer.precision`` when
+        training, ``eval_precision`` when evaluating) only the encoder runs in bf16/fp16: every
+        step body runs with autocast off (:meth:`_full_precision`), so heads, losses (CRF
+        log-sum-exp, AUC squares, sigmoids) and decoding stay in fp32."""
+        precision = self._trainer.precision if self._trainer is not None else None
+        if not self.training and self.eval_precision is not None:
+            precision = self.eval_precision
+        dtype = MIXED_PRECISION.get(str(precision))
         with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
             hidden = self.encoder(batch["input_ids"], batch["attention_mask"])
         return self.encoder.word_states(hidden.float(), batch["word_starts"])
