@@ -68,6 +68,33 @@ def test_tuning_trial_averages_dev_over_partitions_and_never_tests(toy_cfg, tmp_
     assert record["mean"] == pytest.approx(value) and set(record["partitions"]) == {"0", "1"}
 
 
+def test_dev_every_k_epochs_selects_among_evaluated_epochs(toy_cfg):
+    """trainer.check_val_every_n_epoch=2 (a protocol option: fewer candidates for selection)
+    evaluates after epochs 1 and 3 only; early-stopping patience then counts evaluations."""
+    from hydra.utils import instantiate
+
+    cfg = toy_cfg("trainer.max_epochs=4", "trainer.min_epochs=4", "trainer.check_val_every_n_epoch=2")
+    encoder = instantiate(cfg.model)
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    module = instantiate(cfg.loss, encoder=encoder, label_set=dm.label_set)
+    trainer = instantiate(cfg.trainer, callbacks=[], logger=False, enable_checkpointing=False)
+    trainer.fit(module, datamodule=dm)
+    assert [h["epoch"] for h in module.history] == [1, 3]
+
+
+def test_evaluation_batches_are_padded_once_and_reused(toy_cfg):
+    from hydra.utils import instantiate
+
+    cfg = toy_cfg()
+    encoder = instantiate(cfg.model)
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    dm.setup("fit")
+    first, again = list(dm.val_dataloader()), list(dm.val_dataloader())
+    assert all(a["input_ids"] is b["input_ids"] for a, b in zip(first, again))
+    lengths = [int(m.sum(1).max()) for m in (b["attention_mask"] for b in first)]
+    assert lengths == sorted(lengths) and sum(len(b["input_ids"]) for b in first) == len(dm.sentences["dev"])
+
+
 def test_learns_the_toy_corpus(toy_cfg):
     """A tiny encoder fits 24 toy sentences well enough to find entities in test."""
     cfg = toy_cfg("size=full", "trainer.max_epochs=20", "optimizer.lr=5e-3",
