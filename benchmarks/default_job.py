@@ -1,0 +1,68 @@
+"""The default job (``python -m ner_lightning.run``, = ``make run``) at this checkout and at an
+earlier revision, one after the other in one invocation: wall time, its phases, the selected
+epoch and the scores.
+
+    python benchmarks/default_job.py --baseline 3743ddb [--runs 1] [overrides ...]
+
+The baseline is checked out with ``git worktree`` into a temporary folder and run with this
+environment's Python (same packages); both read the same data folder. Overrides apply to both.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(checkout: Path, out: Path, overrides: list[str]) -> dict:
+    from ner_lightning.config import compose_config
+
+    data_dir = compose_config([], out / "_compose").paths.data_dir
+    cmd = [sys.executable, "-m", "ner_lightning.run", f"hydra.run.dir={out}", f"paths.data_dir={data_dir}",
+           "trainer.enable_progress_bar=false", *overrides]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=checkout, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    res = json.loads((out / "results.json").read_text())
+    return {"wall_s": wall, "phase_s": res["phase_s"], "best_epoch": res["best_epoch"], "epochs": res["epochs"],
+            "dev_f1": res["dev_monitor"], "test_f1": res["test"]["micro"]["f1"],
+            "eval_s": res["throughput"]["eval_seconds"], "train_s": res["throughput"]["train_seconds"],
+            "precision": res.get("precision")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", required=True, help="git revision to compare with")
+    ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("overrides", nargs="*")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="default_job_"))
+    base = tmp / "baseline"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rows = {}
+    try:
+        for name, checkout in ((f"baseline {args.baseline}", base), (f"this checkout ({rev})", REPO)):
+            print(f"running the default job at {name} ...", flush=True)
+            rows[name] = run(checkout, tmp / name.split()[0], args.overrides)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
+    print(f"{'':28}{'wall s':>8}{'fit s':>7}{'test s':>7}{'eval-in-batches s':>18}{'best epoch':>11}{'dev F1':>8}{'test F1':>8}")
+    for name, r in rows.items():
+        print(f"{name:28}{r['wall_s']:8.0f}{r['phase_s']['fit']:7.0f}{r['phase_s']['test']:7.0f}{r['eval_s']:18.0f}"
+              f"{r['best_epoch']:>11}{r['dev_f1']:8.4f}{r['test_f1']:8.4f}")
+    a, b = rows.values()
+    print(f"wall time this / baseline: {b['wall_s'] / a['wall_s']:.2f}x; same selected epoch: {a['best_epoch'] == b['best_epoch']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"rows": rows, "argv": sys.argv}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
