@@ -9,9 +9,11 @@
    ``DataCollatorForTokenClassification``, random batches, test in file order).
 3. **hf_trainer**: Hugging Face ``Trainer`` with length-grouped batches, same data, epochs, lr,
    batch, warm-up, clipping, weight decay; ``Trainer.predict`` on test.
-4. **ner_lightning**: the framework's cell with its defaults (``trainer.precision`` auto,
-   ``data.group_by_length``), no dev evaluation, one test evaluation.
+4. **ner_lightning**: the framework's cell with its defaults (training at ``trainer.precision``,
+   evaluation at ``callbacks.eval_precision`` = auto, ``data.group_by_length`` as configured),
+   no dev evaluation, one test evaluation.
 
+The plain loop and the Trainer train and evaluate at the framework's two precisions.
 Same partition (the framework's sampler picks the sentences for all), encoder, epochs and
 batch size everywhere. Throughput = real (non-padding) sub-word tokens / wall seconds of the
 phase: train = all epochs incl. data loading and optimiser, eval = the test pass incl.
@@ -140,7 +142,7 @@ def _count(ds) -> int:
     return sum(len(x["input_ids"]) for x in ds)
 
 
-def run_plain(cfg, precision: str) -> dict:
+def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
     """The hand-written loop: what a researcher writes around transformers' examples."""
     from transformers import DataCollatorForTokenClassification, get_linear_schedule_with_warmup
 
@@ -159,7 +161,7 @@ def run_plain(cfg, precision: str) -> dict:
     padded = 0
     for _ in range(epochs):
         for batch in train_dl:
-            with _autocast(precision):
+            with _autocast(train_precision):
                 loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clip_val)
@@ -170,7 +172,7 @@ def run_plain(cfg, precision: str) -> dict:
     t1 = time.perf_counter()
     model.eval()
     gold, pred, eval_padded = [], [], 0
-    with torch.inference_mode(), _autocast(precision):
+    with torch.inference_mode(), _autocast(eval_precision):
         for batch in test_dl:
             best = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
             gold += batch["labels"].tolist()
@@ -183,8 +185,9 @@ def run_plain(cfg, precision: str) -> dict:
             "eval_real_tokens": n_eval, "train_padding": padded / n_train, "eval_padding": eval_padded / n_eval}
 
 
-def run_hf_trainer(cfg, precision: str, out_dir: Path) -> dict:
-    """Hugging Face ``Trainer`` with length-grouped training batches."""
+def run_hf_trainer(cfg, train_precision: str, eval_precision: str, out_dir: Path) -> dict:
+    """Hugging Face ``Trainer`` with length-grouped training batches (``bf16_full_eval`` for a
+    bf16 evaluation after fp32 training)."""
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
     tok, model, labels, train_ds, test_ds = _hf_setup(cfg)
@@ -196,7 +199,8 @@ def run_hf_trainer(cfg, precision: str, out_dir: Path) -> dict:
         output_dir=str(out_dir / "hf_trainer"), per_device_train_batch_size=cfg.data.batch_size,
         per_device_eval_batch_size=cfg.data.eval_batch_size, num_train_epochs=cfg.trainer.max_epochs,
         learning_rate=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay,
-        max_grad_norm=cfg.trainer.gradient_clip_val, lr_scheduler_type="linear", bf16=precision == "bf16",
+        max_grad_norm=cfg.trainer.gradient_clip_val, lr_scheduler_type="linear", bf16=train_precision == "bf16",
+        bf16_full_eval=eval_precision == "bf16" and train_precision != "bf16",
         save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True,
         seed=cfg.seed, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), **grouping, **warmup)
     trainer = Trainer(model=model, args=args, train_dataset=train_ds, data_collator=DataCollatorForTokenClassification(tok))
@@ -217,7 +221,7 @@ def run_framework(cfg) -> dict:
     return {"train_s": res["phase_s"]["fit"], "eval_s": res["phase_s"]["test"], "test_f1": res["test"]["micro"]["f1"],
             "train_real_tokens": tp["train_tokens"], "eval_real_tokens": tp["eval_tokens"],
             "train_padding": tp["train_padding_ratio"], "eval_padding": tp["eval_padding_ratio"],
-            "precision": res["config"]["trainer"]["precision"]}
+            "precision": res["precision"]}
 
 
 def main() -> None:
@@ -236,7 +240,9 @@ def main() -> None:
         f"dataset={args.dataset}", f"model={args.model}", "loss=ce", f"size={args.size}",
         f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false",
         "trainer.enable_progress_bar=false", "callbacks=none",
-        "+callbacks.token_throughput._target_=ner_lightning.callbacks.TokenThroughput", "logger=none", *args.overrides,
+        "+callbacks.token_throughput._target_=ner_lightning.callbacks.TokenThroughput",
+        "+callbacks.eval_precision._target_=ner_lightning.callbacks.EvalPrecision", "+callbacks.eval_precision.precision=auto",
+        "logger=none", *args.overrides,
     ], out_dir)
     auto, why = precision_choice(str(cfg.trainer.accelerator))
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
@@ -247,13 +253,15 @@ def main() -> None:
     for k in ("eval", "train"):
         print(f"limit {k:5}: " + "  ".join(f"{p} {v:,.0f} tok/s" for p, v in lim[k].items()) + f"  -> best {best[k]}",
               flush=True)
-    precision = "bf16" if cfg.trainer.precision == "bf16-mixed" else "fp32"
+    train_p = "bf16" if cfg.trainer.precision == "bf16-mixed" else "fp32"
+    eval_p = "bf16" if (auto if cfg.callbacks.eval_precision.precision == "auto"
+                        else cfg.callbacks.eval_precision.precision) == "bf16-mixed" else "fp32"
     rows = {}
     if "plain" not in args.skip:
-        rows["plain"] = run_plain(cfg, precision)
+        rows["plain"] = run_plain(cfg, train_p, eval_p)
         print("plain loop done", flush=True)
     if "hf_trainer" not in args.skip:
-        rows["hf_trainer"] = run_hf_trainer(cfg, precision, out_dir)
+        rows["hf_trainer"] = run_hf_trainer(cfg, train_p, eval_p, out_dir)
         print("HF Trainer done", flush=True)
     rows["ner_lightning"] = run_framework(cfg)
     for r in rows.values():
@@ -275,7 +283,7 @@ def main() -> None:
     for name in ("plain", "hf_trainer"):
         if name in rows:
             ratios[f"time_vs_{name}"] = (fw["train_s"] + fw["eval_s"]) / (rows[name]["train_s"] + rows[name]["eval_s"])
-    print(f"ner_lightning at {fw['precision']}: train {ratios['train_vs_limit']:.0%} of the {best['train']} limit, "
+    print(f"ner_lightning (training {fw['precision']['train']}, evaluation {fw['precision']['eval']}): train {ratios['train_vs_limit']:.0%} of the {best['train']} limit, "
           f"eval {ratios['eval_vs_limit']:.0%} of the {best['eval']} limit")
     for name in ("plain", "hf_trainer"):
         if f"time_vs_{name}" in ratios:
