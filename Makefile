@@ -35,7 +35,8 @@ test: install  ## the whole test suite (incl. the slow multirun tests)
 test-fast: install  ## tests without the subprocess multiruns
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: install  ## framework vs plain transformers loop, one CE cell (see docs/benchmarks.md)
+bench: install  ## one CE cell vs the raw encoder limit, a plain loop and HF Trainer: ratios (docs/benchmarks.md)
+	$(BIN)/python -m pip install -q -e ".[bench]"
 	$(BIN)/python benchmarks/bench_ce.py
 
 slurm-check: install  ## (root) start a one-node SLURM here, run the 4-cell grid via local and hydra/launcher=slurm
