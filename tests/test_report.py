@@ -95,6 +95,20 @@ def test_comparisons_pair_by_partition_and_holm_across_the_table(sweep):
     assert [c.p_holm for _, _, c in found] == pytest.approx(holm([c.p_ttest for _, _, c in found]))
 
 
+@pytest.mark.parametrize("written, values", [("false", (False, True)), ("null", (None, 1e-3)), ("1e-3", (1e-3, None))])
+def test_baseline_is_written_as_on_the_command_line(tmp_path, written, values):
+    """--baseline data.group_by_length=false / head_lr=null / head_lr=1e-3 name the rows the
+    config stores as False / None / 0.001."""
+    base, other = values
+    for i, (value, f1s) in enumerate(((base, [0.4, 0.5, 0.6]), (other, [0.5, 0.7, 0.6]))):
+        for p, f1 in enumerate(f1s):
+            _write(tmp_path, f"{i}_{p}", _result("ce", 50, p, f1, config={"knob": value}))
+    runs, _ = load_runs([tmp_path])
+    found = comparisons(runs, ["knob"], ["test.micro.f1"], f"knob={written}", 2000, 0)
+    assert [k for k, _, _ in found] == [(str(other),)]
+    assert found[0][2].diff.mean == pytest.approx(0.1)
+
+
 def test_unpaired_partitions_are_refused(tmp_path):
     _write(tmp_path, "a", _result("ce", 20, 0, 0.5, sha="aaa"))
     _write(tmp_path, "b", _result("mom", 20, 0, 0.6, sha="bbb"))

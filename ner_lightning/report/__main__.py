@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from ner_lightning.report.runs import load_runs, load_trials, mixed_settings
-from ner_lightning.report.tables import comparison_table, comparisons, paper_table, summary_table
+from ner_lightning.report.tables import baseline_row_value, comparison_table, comparisons, paper_table, summary_table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\nPaired comparisons against {args.baseline} (pairs = same partition sentences and init seed):\n")
         found = comparisons(runs, by, metrics, args.baseline, args.resamples, args.seed, args.test)
         print(comparison_table(found, by, args.baseline, args.alpha, args.test))
-    base_value = args.baseline.partition("=")[2] if args.baseline else None
+    base_value = baseline_row_value(runs, args.baseline) if args.baseline else None
     if args.paper:
         method_key, _, column_key = args.paper.partition(":")
         for m in metrics:

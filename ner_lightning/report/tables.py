@@ -45,6 +45,26 @@ def _parse_baseline(baseline: str, by: list[str]) -> tuple[int, str]:
     return by.index(key), value
 
 
+def _baseline_value(value: str, present: set[str]) -> str:
+    """The row value the baseline names, written as on Hydra's command line: ``false``,
+    ``null`` and ``1e-3`` name the rows ``False``, ``None`` and ``0.001``."""
+    if value in present:
+        return value
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        typed = str(OverridesParser.create().parse_override(f"k={value}").value())
+    except Exception:  # noqa: BLE001 - not a Hydra value: keep the text
+        return value
+    return typed if typed in present else value
+
+
+def baseline_row_value(runs: list[dict], baseline: str) -> str:
+    """``--baseline KEY=VALUE``'s VALUE as the runs' rows write it (for tables and figures)."""
+    key, _, value = baseline.partition("=")
+    return _baseline_value(value, {str(lookup(r, key)) for r in runs})
+
+
 def paired_values(method: list[dict], base: list[dict], metric: str) -> tuple[list[float], list[float]]:
     """Values of the partitions both rows have. A partition index whose sentences differ
     between the rows (another seed, size or regime) is refused: those runs are not paired."""
@@ -74,6 +94,7 @@ def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: s
         raise SystemExit(f"--test must be one of {TESTS}, got {test!r}")
     at, value = _parse_baseline(baseline, by)
     rows = group(runs, by)
+    value = _baseline_value(value, {k[at] for k in rows})
     found = []
     for key, rs in rows.items():
         ref = key[:at] + (value,) + key[at + 1:]
