@@ -96,3 +96,50 @@ def test_unknown_projection_type_is_an_error(toy_cfg):
     encoder = instantiate(cfg.model)
     with pytest.raises(Exception, match=r"data.entity_types: \[.GPE.\] not in toy"):
         instantiate(cfg.data, tokenizer=encoder.tokenizer)
+
+
+def _padded(batches, lengths):
+    return sum(len(b) * max(lengths[i] for i in b) for b in batches)
+
+
+def test_length_grouped_batches_cover_each_example_once_per_epoch_reproducibly():
+    import random
+
+    from ner_lightning.data.datamodule import LengthGroupedBatchSampler
+
+    lengths = [random.Random(i).randint(3, 60) for i in range(203)]
+    s = LengthGroupedBatchSampler(lengths, batch_size=8, seed=5)
+    epoch0 = list(s)
+    assert sorted(i for b in epoch0 for i in b) == list(range(203)) and len(epoch0) == len(s) == 26
+    assert list(LengthGroupedBatchSampler(lengths, batch_size=8, seed=5)) == epoch0  # same (seed, epoch)
+    s.set_epoch(1)
+    assert sorted(i for b in s for i in b) == list(range(203)) and list(s) != epoch0
+    assert max(lengths[i] for i in epoch0[0]) == max(lengths)  # the longest batch first
+
+
+@pytest.mark.parametrize("n, window", [(50, 1), (100, 3), (400, 12), (100_000, 50)])
+def test_length_window_follows_hugging_faces_rule(n, window):
+    from ner_lightning.data.datamodule import LengthGroupedBatchSampler
+
+    assert LengthGroupedBatchSampler([5] * n, batch_size=8, seed=0).window == window
+    assert LengthGroupedBatchSampler([5] * n, batch_size=8, seed=0, window=2).window == 2
+
+
+def test_length_grouping_sorts_within_windows_and_cuts_padding():
+    """One window over everything = batches of consecutive lengths (least padding); the default
+    window of a 400-example set pads far less than random batches, and window 1 sorts nothing."""
+    import random
+
+    from ner_lightning.data.datamodule import EpochShuffleSampler, LengthGroupedBatchSampler
+
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 80) for _ in range(400)]
+    whole = LengthGroupedBatchSampler(lengths, batch_size=8, seed=1, window=50)
+    ideal = sorted(lengths, reverse=True)
+    assert _padded(list(whole), lengths) == sum(8 * ideal[i] for i in range(0, 400, 8))
+    order = list(EpochShuffleSampler(400, seed=1))
+    random_batches = [order[i : i + 8] for i in range(0, 400, 8)]
+    grouped = list(LengthGroupedBatchSampler(lengths, batch_size=8, seed=1))
+    assert _padded(grouped, lengths) < 0.8 * _padded(random_batches, lengths)
+    single = list(LengthGroupedBatchSampler(lengths, batch_size=8, seed=1, window=1))
+    assert _padded(single, lengths) > 0.9 * _padded(random_batches, lengths)

@@ -37,16 +37,21 @@ class EpochShuffleSampler(Sampler[int]):
 
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):
-    """Random batches of similar length (HF ``group_by_length``), reproducible from (``seed``, epoch).
+    """Random batches of similar length (Hugging Face's ``LengthGroupedSampler``), reproducible
+    from (``seed``, epoch).
 
-    Each epoch shuffles all examples, sorts windows of ``window`` batches by length, cuts
-    them into batches and shuffles the batch order.
+    Each epoch shuffles all examples, cuts them into windows of ``window`` batches, sorts each
+    window by length, cuts it into batches and shuffles the batch order; the batch holding the
+    longest example goes first (an out-of-memory error shows at the first step). ``window=None``
+    is HF's rule, ``min(n // (4 * batch_size), 50)`` batches (at least 1): at least four windows
+    per epoch, so small training sets keep their randomness — with one window covering the
+    whole epoch the batches would be the same every epoch, only their order shuffled.
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, window: int = 8):
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, window: int | None = None):
         self.lengths = np.asarray(lengths)
         self.batch_size = batch_size
-        self.window = window
+        self.window = window if window is not None else max(1, min(len(self.lengths) // (4 * batch_size), 50))
         self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -55,7 +60,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
 
-    def __iter__(self):
+    def batches(self) -> list[list[int]]:
         rng = partition_rng("length-grouped", self.seed, self.epoch)
         perm = rng.permutation(len(self.lengths))
         span = self.batch_size * self.window
@@ -64,8 +69,13 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
             chunk = perm[i : i + span]
             chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
             batches += [chunk[j : j + self.batch_size].tolist() for j in range(0, len(chunk), self.batch_size)]
-        for k in rng.permutation(len(batches)):
-            yield batches[k]
+        batches = [batches[k] for k in rng.permutation(len(batches))]
+        longest = max(range(len(batches)), key=lambda k: self.lengths[batches[k]].max())
+        batches[0], batches[longest] = batches[longest], batches[0]
+        return batches
+
+    def __iter__(self):
+        yield from self.batches()
 
 
 class LowResourceDataModule(pl.LightningDataModule):
@@ -91,6 +101,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         max_length: int,
         dev_size: int | None,
         group_by_length: bool,
+        length_window: int | None,
         num_workers: int,
         imbalance: dict,
         entity_types: list[str] | None,
@@ -109,7 +120,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.shuffle_seed = shuffle_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.dev_size = dev_size
-        self.group_by_length = group_by_length
+        self.group_by_length, self.length_window = group_by_length, length_window
         self.num_workers = num_workers
         self.imbalance = dict(imbalance)
         self.entity_types = list(entity_types) if entity_types else None
@@ -227,7 +238,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         feats = self.features["train"]
         if self.group_by_length:
             sampler = LengthGroupedBatchSampler([len(f.input_ids) for f in feats], self.batch_size,
-                                                self.shuffle_seed)
+                                                self.shuffle_seed, self.length_window)
             return DataLoader(feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers)
         return DataLoader(
             feats, batch_size=self.batch_size, sampler=EpochShuffleSampler(len(feats), self.shuffle_seed),
