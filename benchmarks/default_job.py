@@ -6,6 +6,8 @@ epoch and the scores.
 
 The baseline is checked out with ``git worktree`` into a temporary folder and run with this
 environment's Python (same packages); both read the same data folder. Overrides apply to both.
+The two runs are sequential: on a shared VM their times vary by several per cent from run
+to run (the same dev forward took 447 s and 476 s in two runs of 2026-11-23).
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def main() -> None:
     try:
         for name, checkout in ((f"baseline {args.baseline}", base), (f"this checkout ({rev})", REPO)):
             print(f"running the default job at {name} ...", flush=True)
-            rows[name] = run(checkout, tmp / name.split()[0], args.overrides)
+            rows[name] = run(checkout, tmp / "runs" / name.split()[0], args.overrides)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
     print(f"{'':28}{'wall s':>8}{'fit s':>7}{'test s':>7}{'eval-in-batches s':>18}{'best epoch':>11}{'dev F1':>8}{'test F1':>8}")
