@@ -1,6 +1,6 @@
 """OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
 ``${if_null:value,default}``, ``${sweep_cell:num}`` (a cell's number in its sweep manifest),
-``${parallel_jobs:}``, ``${best_precision:accelerator}`` (ner_lightning/hardware.py)."""
+``${parallel_jobs:}``, ``${best_precision:accelerator}``, ``${fused_adamw:precision}`` (ner_lightning/hardware.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,6 +30,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("parallel_jobs", _parallel_jobs)
     if not OmegaConf.has_resolver("best_precision"):
         OmegaConf.register_new_resolver("best_precision", _best_precision)
+    if not OmegaConf.has_resolver("fused_adamw"):
+        OmegaConf.register_new_resolver("fused_adamw", _fused_adamw)
 
 
 def _sweep_cell(job_num) -> int:
@@ -42,6 +44,12 @@ def _best_precision(accelerator: str = "auto") -> str:
     from ner_lightning.hardware import best_precision
 
     return best_precision(accelerator)
+
+
+def _fused_adamw(precision: str) -> bool:
+    from ner_lightning.hardware import fused_adamw
+
+    return fused_adamw(precision)
 
 
 def _parallel_jobs() -> int:

@@ -51,3 +51,10 @@ def precision_choice(accelerator: str = "auto") -> tuple[str, str]:
 def best_precision(accelerator: str = "auto") -> str:
     """Resolver ``${best_precision:<accelerator>}``."""
     return precision_choice(str(accelerator))[0]
+
+
+def fused_adamw(precision: str) -> bool:
+    """Resolver ``${fused_adamw:${trainer.precision}}``: torch's fused AdamW kernel for
+    full-precision training. Under 16-/bf16-mixed Lightning refuses gradient clipping with an
+    optimizer that unscales gradients itself (as the fused one does), so the loop kernel is used."""
+    return str(precision) in ("32-true", "32", "64-true", "64")

@@ -98,3 +98,12 @@ def test_mixed_precision_runs_the_encoder_in_bf16_and_everything_after_it_in_fp3
                     ("eval", "encoder"): {torch.bfloat16}, ("eval", "head"): {torch.float32}}
     assert results["test"]["micro"]["support"] > 0
     assert results["precision"] == {"train": "bf16-mixed", "eval": "bf16-mixed"}
+
+
+def test_fused_adamw_only_in_full_precision(tmp_path):
+    """Lightning refuses gradient clipping with a fused optimizer under mixed precision."""
+    from ner_lightning.config import compose_config
+
+    assert compose_config([], tmp_path).optimizer.fused is True
+    assert compose_config(["trainer.precision=bf16-mixed"], tmp_path).optimizer.fused is False
+    assert compose_config(["trainer.precision=16-mixed"], tmp_path).optimizer.fused is False
