@@ -269,7 +269,7 @@ def main() -> None:
     ], out_dir)
     auto, why = precision_choice(str(cfg.trainer.accelerator))
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
-          f"{torch.get_num_threads()} threads; trainer.precision auto = {auto} ({why})", flush=True)
+          f"{torch.get_num_threads()} threads; native precision here: {auto} ({why})", flush=True)
 
     lim = limits(cfg, args.limit_tokens)
     best = {k: max(v, key=v.get) for k, v in ((k, lim[k]) for k in ("eval", "train"))}
