@@ -77,3 +77,12 @@ def toy_cfg(tmp_path, toy_data_dir):
         ]
         return compose_config(overrides, tmp_path / "run")
     return make
+
+
+@pytest.fixture(autouse=True)
+def cpu_without_native_bf16(monkeypatch):
+    """In-process tests see a CPU without native bf16, so `auto` precisions resolve to fp32 on
+    every machine (tests/test_hardware.py sets other flags itself)."""
+    from ner_lightning import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2"}))
