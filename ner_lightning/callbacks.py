@@ -70,7 +70,6 @@ class EvalPrecision(pl.Callback):
             raise ValueError(f"callbacks.eval_precision.precision must be one of {self.NAMES}, got {precision!r}")
         self.precision = precision
         self.chosen: str | None = None
-        self.reason = ""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         from ner_lightning.hardware import precision_choice
@@ -78,7 +77,7 @@ class EvalPrecision(pl.Callback):
         if self.chosen is None:
             accelerator = "gpu" if trainer.strategy.root_device.type == "cuda" else "cpu"
             best, why = precision_choice(accelerator)
-            self.chosen, self.reason = (best, f"auto: {why}") if self.precision == "auto" else (
+            self.chosen, reason = (best, f"auto: {why}") if self.precision == "auto" else (
                 self.precision, f"set in the config; auto would pick {best}: {why}")
-            log.info("precision: training %s, evaluation %s (%s)", trainer.precision, self.chosen, self.reason)
+            log.info("precision: training %s, evaluation %s (%s)", trainer.precision, self.chosen, reason)
         pl_module.eval_precision = self.chosen

@@ -60,7 +60,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
 
-    def batches(self) -> list[list[int]]:
+    def __iter__(self):
         rng = partition_rng("length-grouped", self.seed, self.epoch)
         perm = rng.permutation(len(self.lengths))
         span = self.batch_size * self.window
@@ -72,10 +72,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         batches = [batches[k] for k in rng.permutation(len(batches))]
         longest = max(range(len(batches)), key=lambda k: self.lengths[batches[k]].max())
         batches[0], batches[longest] = batches[longest], batches[0]
-        return batches
-
-    def __iter__(self):
-        yield from self.batches()
+        yield from batches
 
 
 class LowResourceDataModule(pl.LightningDataModule):
