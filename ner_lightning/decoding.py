@@ -1,5 +1,7 @@
-"""Decoding rules: Viterbi with optional BIO constraints."""
+"""Decoding rules: Viterbi with optional BIO constraints; the MRC framing's span rules."""
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 
@@ -52,3 +54,52 @@ def viterbi_decode(
             path.append(tag)
         paths.append(path[::-1])
     return paths
+
+
+def inside_spans(p_inside: Sequence[float]) -> list[tuple[int, int, float]]:
+    """MRC tagger head (Y = 2): every maximal run of words with P(inside) > 0.5 (the argmax)
+    is one span ``(first, last, score)``, score = mean P(inside) over the run. Two adjacent
+    entities of the queried type come out as one span (the binary decision cannot separate them)."""
+    out, start = [], None
+    for i, p in enumerate([*p_inside, 0.0]):
+        if p > 0.5 and start is None:
+            start = i
+        elif p <= 0.5 and start is not None:
+            out.append((start, i - 1, sum(p_inside[start:i]) / (i - start)))
+            start = None
+    return out
+
+
+def pointer_spans(p_start: Sequence[float], p_end: Sequence[float]) -> list[tuple[int, int, float]]:
+    """MRC pointer heads (Li et al. 2020, start/end): each word with P(start) > 0.5 is matched
+    with the nearest word at or after it with P(end) > 0.5 (Li et al.'s heuristic matching for
+    flat NER, no match matrix); score = mean of the two probabilities. A start with no end after
+    it gives no span."""
+    ends = [j for j, p in enumerate(p_end) if p > 0.5]
+    out = []
+    for i, p in enumerate(p_start):
+        if p > 0.5:
+            j = next((e for e in ends if e >= i), None)
+            if j is not None:
+                out.append((i, j, (p + p_end[j]) / 2))
+    return out
+
+
+def merge_typed_spans(candidates: Sequence[tuple[str, int, int, float]], n_words: int,
+                      type_order: Sequence[str]) -> list[str]:
+    """One IOB2 sequence from the spans of every queried type, ``(type, first, last, score)``.
+
+    Overlaps are resolved greedily: spans are taken by descending score (ties: the longer span,
+    then the type listed first in ``type_order``, then the earlier start), and a span that
+    overlaps one already taken is dropped. Non-overlapping spans of different types all stay.
+    """
+    rank = {t: k for k, t in enumerate(type_order)}
+    tags = ["O"] * n_words
+    taken = [False] * n_words
+    for etype, first, last, _ in sorted(candidates, key=lambda c: (-c[3], c[1] - c[2], rank[c[0]], c[1])):
+        if any(taken[first : last + 1]):
+            continue
+        taken[first : last + 1] = [True] * (last - first + 1)
+        tags[first] = f"B-{etype}"
+        tags[first + 1 : last + 1] = [f"I-{etype}"] * (last - first)
+    return tags

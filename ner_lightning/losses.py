@@ -143,3 +143,14 @@ class MoMLoss(TokenLoss):
         m = length[sent].to(per.dtype) if self.m == "sentence" else float(self.m)
         l_mom = (per * outside / m).sum() / len(length)
         return self.lam * per.mean() + (1 - self.lam) * l_mom
+
+
+def token_loss_by_name(name: str, gamma: float, beta: float, epsilon: float, delta: float, base: str,
+                       lam: float, m: int | str) -> TokenLoss:
+    """A token loss chosen by name (``loss.token_loss=...`` of ``loss=mrc``): one of
+    ``BASE_LOSSES`` with its hyperparameters, or ``mom`` = MoM learning over ``base``."""
+    if name == "mom":
+        return MoMLoss(base, lam, m, outside_id=0, gamma=gamma, beta=beta, epsilon=epsilon, delta=delta)
+    if name not in BASE_LOSSES:
+        raise ValueError(f"loss.token_loss must be one of {sorted(BASE_LOSSES) + ['mom']}, got {name!r}")
+    return BASE_LOSSES[name](dict(gamma=gamma, beta=beta, epsilon=epsilon, delta=delta))

@@ -5,6 +5,10 @@ padding carry ``-100``. Each distinct word is tokenised once per tokenizer (cach
 splits and across the runs of one process). A sentence longer than the encoder's limit is cut
 into consecutive word chunks that each fit, so every gold word is predicted and evaluation is
 always against the full gold sequence.
+
+The MRC framing (``loss=mrc``, Li et al. 2020) asks one question per entity type: each input
+is ``[CLS] query [SEP] sentence [SEP]`` (the tokenizer's own pair frame), the query tokenised
+once per type, and a word's label is its tag projected on the queried type (:data:`SPAN_TAGS`).
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ class Feature:
     input_ids: list[int]
     labels: list[int]  # word label on first sub-tokens, IGNORE_INDEX elsewhere
     word_starts: list[int]  # position of each word's first sub-token in input_ids
+    type_index: int = -1  # MRC: index of the queried entity type (-1: not an MRC input)
+    segment_start: int = 0  # MRC: first position of the sentence segment (token type 1); 0 = one segment
 
     @property
     def n_words(self) -> int:
@@ -89,6 +95,28 @@ class SubwordAligner:
         return Feature(si, offset, input_ids, labels, word_starts)
 
 
+# Per-type word labels of the MRC framing: a tag projected on the queried type X (B-X, I-X of
+# the last word of a span, single-word span, other I-X, anything else). The heads read what
+# they need: inside = id > 0, start = B or S, end = E or S.
+SPAN_TAGS = ("O", "B", "E", "S", "I")
+
+
+def project_on_type(tags: Sequence[str], entity_type: str) -> list[int]:
+    """Word labels (ids into :data:`SPAN_TAGS`) of one sentence for one queried type, from its
+    IOB2 tags: spans of other types are ``O``."""
+    inside = [t[2:] == entity_type and t[0] in "BI" for t in tags]
+    out = []
+    for i, tag in enumerate(tags):
+        if not inside[i]:
+            out.append(0)
+            continue
+        begins = tag[0] == "B" or i == 0 or not inside[i - 1]
+        ends = i + 1 == len(tags) or not (inside[i + 1] and tags[i + 1][0] == "I")
+        out.append(SPAN_TAGS.index({(True, False): "B", (False, True): "E", (True, True): "S",
+                                    (False, False): "I"}[(begins, ends)]))
+    return out
+
+
 def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
     """Special token ids placed before and after a single sentence (``[CLS]``/``[SEP]``, ...)."""
     enc = tokenizer(["a"], is_split_into_words=True)
@@ -96,6 +124,61 @@ def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
     first = word_ids.index(0)
     last = len(word_ids) - 1 - word_ids[::-1].index(0)
     return list(ids[:first]), list(ids[last + 1 :])
+
+
+def pair_token_frame(tokenizer) -> tuple[list[int], list[int], list[int]]:
+    """Special token ids before, between and after a (query, sentence) pair: ``[CLS]``, ``[SEP]``,
+    ``[SEP]`` for BERT; ``<s>``, ``</s></s>``, ``</s>`` for RoBERTa."""
+    enc = tokenizer(["a"], ["b"], is_split_into_words=True)
+    ids, seq = enc["input_ids"], enc.sequence_ids()
+    first, second = seq.index(0), seq.index(1)
+    last = len(seq) - 1 - seq[::-1].index(1)
+    return list(ids[:first]), list(ids[first + 1 : second]), list(ids[last + 1 :])
+
+
+class QueryAligner(SubwordAligner):
+    """MRC inputs: one :class:`Feature` per (sentence chunk, queried type). A sentence too long
+    together with the query is chunked like in :class:`SubwordAligner`, with the query repeated
+    in every chunk; labels are :func:`project_on_type` ids."""
+
+    def __init__(self, tokenizer, max_length: int, queries: Sequence[str]):
+        super().__init__(tokenizer, max_length)
+        self.prefix, self.middle, self.suffix = pair_token_frame(tokenizer)
+        self.queries = [list(q) for q in tokenizer(list(queries), add_special_tokens=False)["input_ids"]]
+        for q, text in zip(self.queries, queries):
+            if self.max_length - len(self.prefix + q + self.middle + self.suffix) < 8:
+                raise ValueError(f"the MRC query {text!r} leaves fewer than 8 of data.max_length={self.max_length} "
+                                 "sub-tokens for the sentence: shorten it (dataset.queries) or raise max_length")
+
+    def encode(self, sentences: Sequence[Sentence], types: Sequence[str]) -> list[Feature]:
+        self.word_pieces([w for s in sentences for w in s.tokens])
+        features: list[Feature] = []
+        for ti, (etype, query) in enumerate(zip(types, self.queries)):
+            head = self.prefix + query + self.middle
+            budget = self.max_length - len(head) - len(self.suffix)
+            for si, sent in enumerate(sentences):
+                labels = project_on_type(sent.tags, etype)
+                pieces = [self._pieces[w][:budget] for w in sent.tokens]
+                start = 0
+                while start < len(pieces):
+                    end, used = start, 0
+                    while end < len(pieces) and used + len(pieces[end]) <= budget:
+                        used += len(pieces[end])
+                        end += 1
+                    features.append(self._query_feature(si, start, ti, head, pieces[start:end], labels[start:end]))
+                    start = end
+        return features
+
+    def _query_feature(self, si, offset, ti, head, pieces, word_labels) -> Feature:
+        input_ids, word_starts = list(head), []
+        for p in pieces:
+            word_starts.append(len(input_ids))
+            input_ids.extend(p)
+        input_ids += self.suffix
+        labels = [IGNORE_INDEX] * len(input_ids)
+        for pos, label in zip(word_starts, word_labels):
+            labels[pos] = label
+        return Feature(si, offset, input_ids, labels, word_starts, type_index=ti, segment_start=len(head))
 
 
 def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -115,7 +198,7 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict[str
         labels[i, :k] = torch.tensor(f.labels)
         word_starts[i, : f.n_words] = torch.tensor(f.word_starts)
         word_mask[i, : f.n_words] = True
-    return {
+    batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "labels": labels,
@@ -124,3 +207,8 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict[str
         "sentence_index": torch.tensor([f.sentence_index for f in features]),
         "word_offset": torch.tensor([f.word_offset for f in features]),
     }
+    if features[0].type_index >= 0:  # MRC: the queried type, and segment ids (query 0, sentence 1)
+        batch["type_index"] = torch.tensor([f.type_index for f in features])
+        segment = torch.tensor([f.segment_start for f in features])
+        batch["token_type_ids"] = ((torch.arange(t)[None, :] >= segment[:, None]) & attention_mask.bool()).long()
+    return batch

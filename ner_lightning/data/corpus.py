@@ -82,6 +82,12 @@ class Corpus:
     test: list[Sentence]
     label_set: LabelSet
     notes: list[str] = field(default_factory=list)
+    queries: dict[str, str] = field(default_factory=dict)  # MRC query per entity type (dataset.queries)
+
+    def query(self, entity_type: str) -> str:
+        """The natural-language question of ``loss=mrc`` for a type; the type name when the
+        dataset config gives none."""
+        return self.queries.get(entity_type) or entity_type
 
     def split(self, name: str) -> list[Sentence]:
         return {"train": self.train, "dev": self.dev, "test": self.test}[name]
@@ -236,12 +242,19 @@ def load_corpus(
     delimiter: str = "\t",
     tag_scheme: str = "iob2",
     dev_from_train: dict | None = None,
+    queries: dict[str, str] | None = None,
 ) -> Corpus:
     """Read a dataset folder as described by ``conf/dataset/<name>.yaml``.
 
     ``splits`` maps ``train``/``dev``/``test`` to file names; when ``dev`` is absent,
-    ``dev_from_train`` (``{fraction, seed}``) carves a dev split out of train.
+    ``dev_from_train`` (``{fraction, seed}``) carves a dev split out of train. ``queries``: the
+    MRC framing's description of each entity type (``loss=mrc``); a type without one is asked
+    for by its name.
     """
+    unknown = set(queries or {}) - set(entity_types) - {"ENT"}  # ENT: regimes.UNTYPED (label_scheme=untyped)
+    if unknown:
+        raise ValueError(f"dataset {name!r}: queries for {sorted(unknown)}, which are not in entity_types "
+                         f"{list(entity_types)} (conf/dataset/{name}.yaml)")
     root = Path(dir)
     if not root.is_dir():
         raise FileNotFoundError(
@@ -263,7 +276,7 @@ def load_corpus(
         )
     else:
         raise ValueError(f"dataset {name!r}: no `dev` file and no `dev_from_train` setting")
-    return Corpus(name, train, dev, test, LabelSet(tuple(entity_types)), notes)
+    return Corpus(name, train, dev, test, LabelSet(tuple(entity_types)), notes, dict(queries or {}))
 
 
 def digest(ids: Iterable[str]) -> str:

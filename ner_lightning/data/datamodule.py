@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ner_lightning.data.alignment import Feature, SubwordAligner, collate_features
+from ner_lightning.data.alignment import SPAN_TAGS, Feature, QueryAligner, SubwordAligner, collate_features
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
 from ner_lightning.data.regimes import (
     UNTYPED, augment, balanced_undersample, imbalance_sample, project_entity_types, resample,
@@ -83,6 +83,10 @@ class LowResourceDataModule(pl.LightningDataModule):
     (``entity_types``) and ``label_scheme=untyped`` (both also applied to dev and test) -> ``resample`` -> ``undersample`` ->
     ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism).
     Evaluation batches are sorted by length (results unchanged, far less padding).
+
+    ``framing``: ``tagging`` = one encoder input per sentence (chunk); ``mrc`` = one per sentence
+    (chunk) and entity type, ``[CLS] query [SEP] sentence [SEP]`` with the dataset's query for the
+    type (``loss=mrc`` selects it). The sentences, partition and regimes are the same in both.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         batch_size: int,
         eval_batch_size: int,
         max_length: int,
+        framing: str,
         dev_size: int | None,
         group_by_length: bool,
         length_window: int | None,
@@ -136,7 +141,14 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.label_scheme = label_scheme
         if label_scheme == "untyped":
             self.label_set = LabelSet([UNTYPED])
-        self.aligner = SubwordAligner(tokenizer, max_length)
+        if framing not in ("tagging", "mrc"):
+            raise ValueError(f"data.framing must be tagging or mrc, got {framing!r}")
+        self.framing = framing
+        if framing == "mrc":
+            types = self.label_set.entity_types
+            self.aligner = QueryAligner(tokenizer, max_length, [corpus.query(t) for t in types])
+        else:
+            self.aligner = SubwordAligner(tokenizer, max_length)
         self.sentences: dict[str, list[Sentence]] = {}
         self.features: dict[str, list[Feature]] = {}
         self._eval_batches: dict[str, list[dict]] = {}
@@ -155,8 +167,9 @@ class LowResourceDataModule(pl.LightningDataModule):
             partition, dev, test = untyped(partition), untyped(dev), untyped(test)
         self.partition_sentences = partition
         self.sentences = {"train": self._transform(partition), "dev": dev, "test": test}
+        labels = self.label_set.entity_types if self.framing == "mrc" else self.label_set.label2id
         for split, sents in self.sentences.items():
-            self.features[split] = self.aligner.encode(sents, self.label_set.label2id)
+            self.features[split] = self.aligner.encode(sents, labels)
 
     def _select_partition(self) -> list[Sentence]:
         c = self.corpus
@@ -216,13 +229,11 @@ class LowResourceDataModule(pl.LightningDataModule):
         }
 
     def label_counts(self) -> torch.Tensor:
-        """Word-label counts (K,) of the training set actually trained on (after regimes)."""
-        counts = torch.zeros(len(self.label_set), dtype=torch.long)
-        ids = self.label_set.label2id
-        for s in self.sentences["train"]:
-            for t in s.tags:
-                counts[ids[t]] += 1
-        return counts
+        """Word-label counts of the training inputs actually trained on (after regimes): (K,)
+        over the label set when tagging; over ``SPAN_TAGS`` (all types together) in MRC."""
+        k = len(SPAN_TAGS) if self.framing == "mrc" else len(self.label_set)
+        ids = [label for f in self.features["train"] for label in f.labels if label >= 0]
+        return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=k)
 
     def gold_tags(self, split: str) -> list[list[str]]:
         return [list(s.tags) for s in self.sentences[split]]

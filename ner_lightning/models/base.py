@@ -109,8 +109,9 @@ class NERModule(pl.LightningModule):
         if not self.training and self.eval_precision is not None:
             precision = self.eval_precision
         dtype = MIXED_PRECISION.get(str(precision))
+        segments = {"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}
         with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
-            hidden = self.encoder(batch["input_ids"], batch["attention_mask"])
+            hidden = self.encoder(batch["input_ids"], batch["attention_mask"], **segments)
         return self.encoder.word_states(hidden.float(), batch["word_starts"])
 
     def _full_precision(self):
@@ -221,6 +222,17 @@ class NERModule(pl.LightningModule):
         if self.trainer.sanity_checking:
             return
         gold = self.trainer.datamodule.gold_tags(SPLIT_OF_STAGE[stage])
+        scores = span_scores(gold, self.predicted_tags(collected, gold, stage))
+        self.scores[stage] = scores
+        flat = flat_scores(scores, stage)
+        if stage == "val":
+            self.history.append({"epoch": self.current_epoch, "metrics": dict(flat), "scores": scores})
+        self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
+        self.log_dict(flat)
+
+    def predicted_tags(self, collected: list, gold: list[list[str]], stage: str) -> list[list[str]]:
+        """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
+        chunk (what :meth:`_collect` stored); every gold word must be predicted exactly once."""
         pred = [[OUTSIDE] * len(g) for g in gold]
         covered = 0
         for si, off, ids in collected:
@@ -228,13 +240,7 @@ class NERModule(pl.LightningModule):
             covered += len(ids)
         if covered != sum(len(g) for g in gold):
             raise RuntimeError(f"{stage}: predicted {covered} words for {sum(map(len, gold))} gold words")
-        scores = span_scores(gold, pred)
-        self.scores[stage] = scores
-        flat = flat_scores(scores, stage)
-        if stage == "val":
-            self.history.append({"epoch": self.current_epoch, "metrics": dict(flat), "scores": scores})
-        self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
-        self.log_dict(flat)
+        return pred
 
     def optimizer_parameters(self) -> list[dict]:
         """Two groups: the pretrained encoder (optimiser lr) and every parameter trained from

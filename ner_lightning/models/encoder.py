@@ -88,8 +88,14 @@ class TransformerEncoder(nn.Module):
         self.name_or_path = name_or_path
         self.hidden_size = self.model.config.hidden_size
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """``token_type_ids``: segment ids of a (query, sentence) pair (MRC); dropped for encoders
+        without segment embeddings (RoBERTa's type_vocab_size is 1)."""
+        kw = {}
+        if token_type_ids is not None and getattr(self.model.config, "type_vocab_size", 0) > 1:
+            kw["token_type_ids"] = token_type_ids
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
 
     @staticmethod
     def word_states(hidden: torch.Tensor, word_starts: torch.Tensor) -> torch.Tensor:

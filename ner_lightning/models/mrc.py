@@ -1,0 +1,119 @@
+"""MRC framing (``loss=mrc``): BERT-MRC (Li et al. 2020) as the MoM paper runs it (§IV-A-b).
+
+Each input asks one question — ``[CLS] query [SEP] sentence [SEP]``, one per sentence and
+entity type (``data.framing=mrc``, queries in ``dataset.queries``) — and a head over the word
+states of the sentence answers it:
+
+* ``head=tagger`` (the MoM paper's model, "the same architecture as sequential labeling with
+  Y changed to 2"): per word, inside an entity of the queried type or not; ``O`` is "not in an
+  entity of this type" (class 0, the class MoM's L_MoM sums over).
+* ``head=pointer`` (Li et al.'s start/end heads): per word, starts an entity of the type or
+  not, ends one or not; the loss is the mean of the two.
+
+The token loss (``loss.token_loss``: ce, wce1, wce2, focal, dice, dice_eq6, mom) is applied to
+every binary decision. Decoding (``ner_lightning.decoding``) turns each type's answer into spans
+and merges the types into one IOB2 sequence per sentence (greedy by score, no overlaps), so the
+span metrics score MRC like every other family.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ner_lightning.data.alignment import SPAN_TAGS
+from ner_lightning.data.corpus import LabelSet
+from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
+from ner_lightning.losses import token_loss_by_name
+from ner_lightning.models.base import NERModule
+from ner_lightning.models.encoder import TransformerEncoder
+
+HEADS = ("tagger", "pointer")
+_B, _E, _S = (SPAN_TAGS.index(t) for t in "BES")
+
+
+class MRCModule(NERModule):
+    """Shared encoder + a binary tagger (or start/end pointer) head over queried sentences."""
+
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        label_set: LabelSet,
+        token_loss: str,
+        loss_args: dict,
+        head: str,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        warmup_ratio: float,
+        head_lr: float | None,
+        dropout: float,
+    ):
+        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
+        if head not in HEADS:
+            raise ValueError(f"loss.head must be one of {HEADS}, got {head!r}")
+        self.head = head
+        self.token_loss = token_loss_by_name(token_loss, **dict(loss_args))
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(encoder.hidden_size, 2 if head == "tagger" else 4)  # pointer: start, end
+
+    def setup(self, stage: str) -> None:
+        """Weighted losses see the binary decision's counts: [negatives, positives] — words inside
+        an entity of the queried type (tagger), or spans (pointer: as many starts as ends)."""
+        if hasattr(self.token_loss, "fit_counts") and self.trainer is not None and self.trainer.datamodule:
+            counts = self.trainer.datamodule.label_counts()
+            positive = counts[1:].sum() if self.head == "tagger" else counts[_B] + counts[_S]
+            self.token_loss.fit_counts(torch.stack([counts.sum() - positive, positive]))
+
+    def logits(self, batch: dict) -> torch.Tensor:
+        """``(B, W, 2)`` (tagger) or ``(B, W, 4)``: start logits in [..., :2], end in [..., 2:]."""
+        return self.classifier(self.dropout(self.word_states(batch)))
+
+    def targets(self, tags: torch.Tensor) -> list[torch.Tensor]:
+        """Binary targets from the per-type word labels (``SPAN_TAGS`` ids): [inside] or [start, end]."""
+        if self.head == "tagger":
+            return [(tags > 0).long()]
+        return [((tags == _B) | (tags == _S)).long(), ((tags == _E) | (tags == _S)).long()]
+
+    def training_loss(self, batch: dict) -> torch.Tensor:
+        mask = batch["word_mask"]
+        logits = self.logits(batch)[mask]
+        rows = torch.arange(mask.size(0), device=mask.device)[:, None].expand_as(mask)[mask]
+        targets = self.targets(self.word_labels(batch)[mask])
+        losses = [self.token_loss(logits[:, 2 * k : 2 * k + 2], y, sentence=rows) for k, y in enumerate(targets)]
+        return sum(losses) / len(losses)
+
+    def decode(self, batch: dict) -> list[list[list[float]]]:
+        """Per example and word: [P(inside)] or [P(start), P(end)] (decoded into spans once the
+        whole sentence is collected, see :meth:`predicted_tags`)."""
+        logits = self.logits(batch)
+        probs = torch.stack([logits[..., k : k + 2].softmax(-1)[..., 1] for k in range(0, logits.size(-1), 2)], -1)
+        return [row[m].tolist() for row, m in zip(probs, batch["word_mask"])]
+
+    def _collect(self, stage: str, batch: dict) -> None:
+        with self._full_precision():
+            probs = self.decode(batch)
+        keys = zip(batch["sentence_index"].tolist(), batch["word_offset"].tolist(), batch["type_index"].tolist())
+        self._predictions[stage].extend((si, off, ti, p) for (si, off, ti), p in zip(keys, probs))
+
+    def predicted_tags(self, collected: list, gold: list[list[str]], stage: str) -> list[list[str]]:
+        """Reassemble each (sentence, type) answer over its chunks, decode it into spans and
+        merge the types (:func:`ner_lightning.decoding.merge_typed_spans`)."""
+        types = self.label_set.entity_types
+        answers: dict[tuple[int, int], list] = {}
+        for si, off, ti, p in collected:
+            row = answers.setdefault((si, ti), [None] * len(gold[si]))
+            row[off : off + len(p)] = p
+        missing = sum(len(g) for g in gold) * len(types) - sum(
+            sum(x is not None for x in row) for row in answers.values())
+        if missing:
+            raise RuntimeError(f"{stage}: {missing} (word, type) answers missing of {sum(map(len, gold)) * len(types)}")
+        pred = []
+        for si, g in enumerate(gold):
+            candidates = []
+            for ti, etype in enumerate(types):
+                row = answers[(si, ti)]
+                found = (inside_spans([p[0] for p in row]) if self.head == "tagger"
+                         else pointer_spans([p[0] for p in row], [p[1] for p in row]))
+                candidates += [(etype, first, last, score) for first, last, score in found]
+            pred.append(merge_typed_spans(candidates, len(g), types))
+        return pred
