@@ -9,6 +9,7 @@ from ner_lightning.run import train
 LOSSES = ["ce", "wce1", "wce2", "focal", "dice", "dice_eq6", "mom", "crf", "bilstm_crf"]
 TWO_TASK = ["ce2t", "auc2t", "comauc2t"]
 OVA = ["ova_bce", "ova_auc", "ova_auc_maml"]
+MRC = ["mrc", "mrc_focal", "mrc_dice", "mrc_mom"]  # padding, training: tests/test_mrc.py
 
 
 class FixedEncoder(torch.nn.Module):
@@ -78,7 +79,7 @@ def test_every_loss_trains_and_evaluates(toy_cfg):
         assert res["status"] == "ok" and res["test"]["micro"]["support"] > 0, loss
 
 
-@pytest.mark.parametrize("loss", LOSSES + TWO_TASK + OVA)
+@pytest.mark.parametrize("loss", LOSSES + TWO_TASK + OVA + MRC)
 def test_every_family_trains_from_scratch_parameters_at_head_lr(loss, toy_cfg):
     """The encoder at optimizer.lr; heads, CRF transitions, BiLSTM at head_lr in every family;
     the AUC losses' a, b at lr_ab (default head_lr); α in no group (ascended by the module)."""
@@ -100,7 +101,8 @@ def test_every_family_trains_from_scratch_parameters_at_head_lr(loss, toy_cfg):
     assert module.head_lr == 3e-3
 
 
-@pytest.mark.parametrize("loss,head", [("ce", 1e-5), ("focal", 1e-5), ("crf", 1e-2), ("auc2t", 1e-2), ("ova_auc", 1e-2)])
+@pytest.mark.parametrize("loss,head", [("ce", 1e-5), ("focal", 1e-5), ("crf", 1e-2), ("auc2t", 1e-2), ("ova_auc", 1e-2),
+                                       ("mrc", 1e-5)])
 def test_head_lr_null_means_each_familys_default(toy_cfg, loss, head):
     """Top-level head_lr=null (the default): softmax heads at optimizer.lr, CRF / two-task /
     one-vs-all heads at 1e-2 (conf/loss/*.yaml); the encoder always at optimizer.lr."""
