@@ -41,6 +41,20 @@ class Feature:
         return len(self.word_starts)
 
 
+def word_chunks(pieces: Sequence[Sequence[int]], budget: int) -> list[tuple[int, int]]:
+    """Consecutive ``[start, end)`` word ranges whose sub-tokens fit in ``budget`` (every word's
+    pieces already cut to ``budget``)."""
+    chunks, start = [], 0
+    while start < len(pieces):
+        end, used = start, 0
+        while end < len(pieces) and used + len(pieces[end]) <= budget:
+            used += len(pieces[end])
+            end += 1
+        chunks.append((start, end))
+        start = end
+    return chunks
+
+
 class SubwordAligner:
     """Turns sentences into :class:`Feature` lists for one tokenizer and length limit."""
 
@@ -71,14 +85,8 @@ class SubwordAligner:
         features: list[Feature] = []
         for si, sent in enumerate(sentences):
             pieces = [self._pieces[w][:budget] for w in sent.tokens]
-            start = 0
-            while start < len(pieces):
-                end, used = start, 0
-                while end < len(pieces) and used + len(pieces[end]) <= budget:
-                    used += len(pieces[end])
-                    end += 1
+            for start, end in word_chunks(pieces, budget):
                 features.append(self._feature(si, start, pieces[start:end], sent.tags[start:end], label2id))
-                start = end
         return features
 
     def _feature(self, si, offset, pieces, tags, label2id) -> Feature:
@@ -159,14 +167,8 @@ class QueryAligner(SubwordAligner):
             for si, sent in enumerate(sentences):
                 labels = project_on_type(sent.tags, etype)
                 pieces = [self._pieces[w][:budget] for w in sent.tokens]
-                start = 0
-                while start < len(pieces):
-                    end, used = start, 0
-                    while end < len(pieces) and used + len(pieces[end]) <= budget:
-                        used += len(pieces[end])
-                        end += 1
+                for start, end in word_chunks(pieces, budget):
                     features.append(self._query_feature(si, start, ti, head, pieces[start:end], labels[start:end]))
-                    start = end
         return features
 
     def _query_feature(self, si, offset, ti, head, pieces, word_labels) -> Feature:
