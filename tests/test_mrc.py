@@ -248,3 +248,9 @@ def test_mrc_trains_and_scores_every_gold_word(toy_cfg, extra):
     assert res["status"] == "ok" and res["test"]["micro"]["support"] > 0
     assert res["compute"]["train_batches"] == 2 * 6  # 6 sentences x 4 types / batch 4, 2 epochs
     assert res["config"]["data"]["framing"] == "mrc"
+
+
+@pytest.mark.parametrize("extra", [["loss=ce", "data.framing=mrc"], ["loss=mrc", "data.framing=tagging"]])
+def test_a_family_refuses_inputs_of_the_other_framing(toy_cfg, extra):
+    with pytest.raises(ValueError, match="data.framing"):
+        train(toy_cfg(*extra, "trainer.max_epochs=1"))

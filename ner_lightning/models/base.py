@@ -60,6 +60,8 @@ def set_rng_states(state: dict) -> None:
 class NERModule(pl.LightningModule):
     """Base LightningModule: AdamW-style optimiser with linear warm-up and decay."""
 
+    framing = "tagging"  # the encoder inputs the family reads (data.framing); MRCModule: "mrc"
+
     def __init__(
         self,
         encoder: TransformerEncoder,
@@ -210,6 +212,18 @@ class NERModule(pl.LightningModule):
             preds = self.decode(batch)
         for si, off, p in zip(batch["sentence_index"].tolist(), batch["word_offset"].tolist(), preds):
             self._predictions[stage].append((si, off, p))
+
+    def on_fit_start(self) -> None:
+        self._check_framing()
+
+    def on_test_start(self) -> None:
+        self._check_framing()
+
+    def _check_framing(self) -> None:
+        framing = getattr(self.trainer.datamodule, "framing", self.framing)
+        if framing != self.framing:
+            raise ValueError(f"{type(self).__name__} reads data.framing={self.framing} inputs but the data module "
+                             f"builds data.framing={framing}: leave data.framing to the loss config (loss=mrc sets mrc)")
 
     def on_validation_epoch_end(self) -> None:
         self._score("val")

@@ -36,6 +36,8 @@ _B, _E, _S = (SPAN_TAGS.index(t) for t in "BES")
 class MRCModule(NERModule):
     """Shared encoder + a binary tagger (or start/end pointer) head over queried sentences."""
 
+    framing = "mrc"
+
     def __init__(
         self,
         encoder: TransformerEncoder,
