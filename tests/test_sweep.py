@@ -85,11 +85,12 @@ def test_regimes_compose_in_one_grid(requires_real_data, tmp_path):
 
 
 def test_smoke_multirun_over_every_loss(toy_data_dir, tmp_path):
-    """One `-m` over all 15 objectives (tiny encoder, toy corpus): every cell writes results."""
+    """One `-m` over every loss config, MRC presets included (tiny encoder, toy corpus): every cell
+    writes results."""
     from ner_lightning.config import CONFIG_DIR
 
     losses = sorted(p.stem for p in (CONFIG_DIR / "loss").glob("*.yaml"))
-    assert len(losses) == 15
+    assert len(losses) == 19
     proc = run_cli(["-m", f"loss={','.join(losses)}", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
                     "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1"],
                    tmp_path, toy_data_dir)
