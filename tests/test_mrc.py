@@ -242,11 +242,14 @@ def test_dataset_queries_are_used_and_checked(toy_cfg, tokenizer):
         instantiate(toy_cfg("+dataset.queries.GENE=genes").dataset)
 
 
-@pytest.mark.parametrize("extra", [["loss=mrc"], ["loss=mrc_mom", "loss.head=pointer"], ["loss=mrc", "loss.token_loss=wce1"]])
-def test_mrc_trains_and_scores_every_gold_word(toy_cfg, extra):
-    res = train(toy_cfg(*extra, "size=6", "data.batch_size=4"))
+@pytest.mark.parametrize("extra,types", [(["loss=mrc"], 4), (["loss=mrc_mom", "loss.head=pointer"], 4),
+                                         (["loss=mrc", "loss.token_loss=wce1"], 4),
+                                         (["loss=mrc", "data.label_scheme=untyped"], 1),
+                                         (["loss=mrc", "data.entity_types=[PER,LOC]"], 2)])
+def test_mrc_trains_and_scores_every_gold_word(toy_cfg, extra, types):
+    res = train(toy_cfg(*extra, "size=6", "data.batch_size=3"))
     assert res["status"] == "ok" and res["test"]["micro"]["support"] > 0
-    assert res["compute"]["train_batches"] == 2 * 6  # 6 sentences x 4 types / batch 4, 2 epochs
+    assert res["compute"]["train_batches"] == 2 * 2 * types  # 6 sentences x types / batch 3, 2 epochs
     assert res["config"]["data"]["framing"] == "mrc"
 
 

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 OUTSIDE = "O"
+UNTYPED = "ENT"  # the one entity type of data.label_scheme=untyped (regimes.untyped)
 
 
 class CorpusFormatError(ValueError):
@@ -251,7 +252,7 @@ def load_corpus(
     MRC framing's description of each entity type (``loss=mrc``); a type without one is asked
     for by its name.
     """
-    unknown = set(queries or {}) - set(entity_types) - {"ENT"}  # ENT: regimes.UNTYPED (label_scheme=untyped)
+    unknown = set(queries or {}) - set(entity_types) - {UNTYPED}
     if unknown:
         raise ValueError(f"dataset {name!r}: queries for {sorted(unknown)}, which are not in entity_types "
                          f"{list(entity_types)} (conf/dataset/{name}.yaml)")

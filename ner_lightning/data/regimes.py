@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ner_lightning.data.corpus import OUTSIDE, Sentence, split_tag
+from ner_lightning.data.corpus import OUTSIDE, UNTYPED, Sentence, split_tag
 from ner_lightning.data.sampling import partition_rng
 
 # --------------------------------------------------------------------------------------------
@@ -147,9 +147,6 @@ def project_entity_types(sentences: Sequence[Sentence], keep: Sequence[str]) -> 
         return t if t == OUTSIDE or split_tag(t)[1] in keep else OUTSIDE
 
     return [replace(s, tags=tuple(tag(t) for t in s.tags)) for s in sentences]
-
-
-UNTYPED = "ENT"
 
 
 def untyped(sentences: Sequence[Sentence]) -> list[Sentence]:
