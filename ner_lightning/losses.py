@@ -67,7 +67,7 @@ class FocalLoss(TokenLoss):
 
 
 class DiceLoss(TokenLoss):
-    """Self-adjusting Dice, one-vs-rest over the K classes, ℓ = 1 − mean_k DSC_k.
+    """Self-adjusting Dice, one-vs-rest over the K classes.
 
     ``variant="li2020"`` (``loss=dice``): Li et al. (2020) eq. 12, the loss the MoM paper cites,
     DSC_k = (2(1 − p_k)^ε p_k y_k + δ) / ((1 − p_k)^ε p_k + y_k + δ).
@@ -75,25 +75,53 @@ class DiceLoss(TokenLoss):
     in the denominator: DSC_k = (2(1 − p_k)^ε p_k y_k + δ) / ((1 − p_k)^ε + y_k + δ). A wrong
     class's term then grows with its probability, and the loss is minimised below p_y = 0.5.
     ε = 0 gives plain smoothed Dice in both. Finite for every input (denominators ≥ δ > 0).
+
+    ``level="token"``: the DSC of each word, ℓ = 1 − mean_k DSC_k, averaged over words (eq. 12
+    as printed). ``level="set"``: Li et al.'s released code — one DSC per class over all the
+    words of the batch, sums in numerator and denominator, ℓ = 1 − mean_k DSC_k; with K = 2 (the
+    MRC heads) only the positive class k = 1, as their binary case. ``square``: their
+    ``--dice_square``, x² + y² in the denominator (li2020 only), with x = (1 − p)^ε p.
+    With K = 2 and ε = 1 (the MoM paper's MRC setting) every li2020 form is label-blind: each
+    term depends on p only through (1 − p)p, so p and 1 − p cost the same (tests/test_losses.py);
+    the released code's defaults (ε = 0.01, squares, set level) are not.
     """
 
     VARIANTS = ("li2020", "eq6")
+    LEVELS = ("token", "set")
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1.0, variant: str = "li2020"):
+    def __init__(self, epsilon: float = 1.0, delta: float = 1.0, variant: str = "li2020", level: str = "token",
+                 square: bool = False):
         super().__init__()
         if delta <= 0:
             raise ValueError("loss.token_loss.delta must be > 0")
         if variant not in self.VARIANTS:
             raise ValueError(f"loss.token_loss.variant must be one of {self.VARIANTS}, got {variant!r}")
-        self.epsilon, self.delta, self.variant = epsilon, delta, variant
+        if level not in self.LEVELS:
+            raise ValueError(f"Dice level must be one of {self.LEVELS}, got {level!r}")
+        if square and variant != "li2020":
+            raise ValueError("Dice square denominators exist for variant li2020 only")
+        self.epsilon, self.delta, self.variant, self.level, self.square = epsilon, delta, variant, level, square
 
-    def per_token(self, logits, targets):
+    def _terms(self, logits, targets):
         p = logits.softmax(-1)
         y = F.one_hot(targets, p.size(-1)).to(p.dtype)
         a = (1 - p).pow(self.epsilon)
-        denominator = a * p if self.variant == "li2020" else a
-        dsc = (2 * a * p * y + self.delta) / (denominator + y + self.delta)
-        return 1 - dsc.mean(-1)
+        if self.square:
+            return 2 * a * p * y, (a * p).square() + y
+        return 2 * a * p * y, (a * p if self.variant == "li2020" else a) + y
+
+    def per_token(self, logits, targets):
+        if self.level == "set":
+            raise ValueError("set-level Dice has no per-token loss (MoM over Dice needs loss_args.dice_level=token)")
+        numerator, denominator = self._terms(logits, targets)
+        return 1 - ((numerator + self.delta) / (denominator + self.delta)).mean(-1)
+
+    def forward(self, logits, targets, sentence=None):
+        if self.level == "token":
+            return self.per_token(logits, targets).mean()
+        numerator, denominator = self._terms(logits, targets)
+        dsc = (numerator.sum(0) + self.delta) / (denominator.sum(0) + self.delta)
+        return 1 - (dsc[1] if dsc.numel() == 2 else dsc.mean())
 
 
 BASE_LOSSES = {
@@ -145,12 +173,15 @@ class MoMLoss(TokenLoss):
         return self.lam * per.mean() + (1 - self.lam) * l_mom
 
 
-def token_loss_by_name(name: str, gamma: float, beta: float, epsilon: float, delta: float, base: str,
-                       lam: float, m: int | str) -> TokenLoss:
+def token_loss_by_name(name: str, gamma: float, beta: float, epsilon: float, delta: float, dice_level: str,
+                       dice_square: bool, base: str, lam: float, m: int | str) -> TokenLoss:
     """A token loss chosen by name (``loss.token_loss=...`` of ``loss=mrc``): one of
-    ``BASE_LOSSES`` with its hyperparameters, or ``mom`` = MoM learning over ``base``."""
+    ``BASE_LOSSES`` with its hyperparameters (dice: ``dice_level`` token | set, ``dice_square``), or ``mom`` =
+    MoM learning over ``base`` (per-token losses only: MoM's L_MoM sums over O-tokens)."""
     if name == "mom":
         return MoMLoss(base, lam, m, outside_id=0, gamma=gamma, beta=beta, epsilon=epsilon, delta=delta)
     if name not in BASE_LOSSES:
         raise ValueError(f"loss.token_loss must be one of {sorted(BASE_LOSSES) + ['mom']}, got {name!r}")
+    if name in ("dice", "dice_eq6"):
+        return DiceLoss(epsilon, delta, "li2020" if name == "dice" else "eq6", dice_level, dice_square)
     return BASE_LOSSES[name](dict(gamma=gamma, beta=beta, epsilon=epsilon, delta=delta))

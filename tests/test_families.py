@@ -9,7 +9,7 @@ from ner_lightning.run import train
 LOSSES = ["ce", "wce1", "wce2", "focal", "dice", "dice_eq6", "mom", "crf", "bilstm_crf"]
 TWO_TASK = ["ce2t", "auc2t", "comauc2t"]
 OVA = ["ova_bce", "ova_auc", "ova_auc_maml"]
-MRC = ["mrc", "mrc_focal", "mrc_dice", "mrc_mom"]  # padding, training: tests/test_mrc.py
+MRC = ["mrc", "mrc_focal", "mrc_dice", "mrc_dice_released", "mrc_mom"]  # padding, training: tests/test_mrc.py
 
 
 class FixedEncoder(torch.nn.Module):

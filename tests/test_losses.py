@@ -87,6 +87,41 @@ def test_dice_li2020_rewards_confidence_eq6_does_not():
     assert 0.43 <= best <= 0.5  # eq. 6 as printed is minimised below p_y = 0.5
 
 
+def test_dice_set_level_hand_worked():
+    """One DSC per class over all words: sums in numerator and denominator (Li et al.'s code)."""
+    eps, delta = 1.0, 0.01
+    dsc = []
+    for k in range(3):
+        num = sum(2 * (1 - P[i][k]) ** eps * P[i][k] * float(Y[i] == k) for i in range(4))
+        den = sum((1 - P[i][k]) ** eps * P[i][k] + float(Y[i] == k) for i in range(4))
+        dsc.append((num + delta) / (den + delta))
+    assert DiceLoss(eps, delta, level="set")(LOGITS, TARGETS).item() == pytest.approx(1 - sum(dsc) / 3, rel=1e-6)
+    # two classes (the MRC heads): the positive class only, as Li et al.'s binary case
+    logits, y = LOGITS[:, :2], TARGETS.clamp(max=1)
+    p = logits.softmax(-1)[:, 1]
+    num = (2 * (1 - p) * p * y).sum()
+    den = ((1 - p) * p + y).sum()
+    assert DiceLoss(eps, delta, level="set")(logits, y).item() == pytest.approx(1 - ((num + delta) / (den + delta)).item(), rel=1e-6)
+    with pytest.raises(ValueError, match="per-token"):
+        DiceLoss(eps, delta, level="set").per_token(logits, y)
+
+
+def test_two_class_self_adjusting_dice_with_epsilon_one_is_label_blind():
+    """With K = 2 and ε = 1 (the MoM paper's MRC setting) eq. 12 depends on p only through
+    (1 − p)p — per word, per set, with or without squares: a confidently right and a confidently
+    wrong answer cost the same, so loss=mrc_dice cannot learn (test F1 0.03 on CoNLL-2003,
+    docs/results/mrc_conll2003.md). The released code's ε = 0.01 prefers the right answer."""
+    y = torch.tensor([1, 0, 0, 0])
+    right = torch.tensor([[-2.0, 2.0], [2.0, -2.0], [2.0, -2.0], [2.0, -2.0]])
+    wrong = -right
+    for level in ("token", "set"):
+        for square in (False, True):
+            blind = DiceLoss(1.0, 0.01, level=level, square=square)
+            assert blind(right, y).item() == pytest.approx(blind(wrong, y).item(), rel=1e-6), (level, square)
+    released = DiceLoss(0.01, 1e-4, level="set", square=True)
+    assert released(right, y).item() < 0.1 < 0.9 < released(wrong, y).item()
+
+
 def test_dice_rejects_unknown_variant():
     with pytest.raises(ValueError, match="variant"):
         DiceLoss(1.0, 1.0, "li")

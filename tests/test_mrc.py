@@ -152,9 +152,10 @@ def test_pointer_answers_are_matched_per_type(toy_cfg):
 
 # --- heads and losses -------------------------------------------------------------------------
 @pytest.mark.parametrize("head", ["tagger", "pointer"])
-@pytest.mark.parametrize("token_loss", ["ce", "focal", "dice", "mom", "wce2"])
+@pytest.mark.parametrize("token_loss", ["ce", "focal", "dice", "mom", "wce2", "dice_released"])
 def test_padding_and_continuation_pieces_never_contribute(toy_cfg, head, token_loss):
-    cfg = toy_cfg("loss=mrc", f"loss.head={head}", f"loss.token_loss={token_loss}")
+    loss = ["loss=mrc_dice_released"] if token_loss == "dice_released" else ["loss=mrc", f"loss.token_loss={token_loss}"]
+    cfg = toy_cfg(*loss, f"loss.head={head}")
     torch.manual_seed(0)
     hidden = torch.randn(2, 6, 8)
     module = instantiate(cfg.loss, encoder=FixedEncoder(hidden), label_set=LabelSet(["PER", "LOC"]))
@@ -195,11 +196,15 @@ def test_heads_train_on_the_binary_targets_by_hand(toy_cfg):
 
 
 def test_token_loss_by_name():
-    args = dict(gamma=3.0, beta=1.0, epsilon=1.0, delta=0.01, base="focal", lam=0.3, m=128)
+    args = dict(gamma=3.0, beta=1.0, epsilon=1.0, delta=0.01, dice_level="token", dice_square=False, base="focal",
+                lam=0.3, m=128)
     logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-1.0, 2.0]])
     y = torch.tensor([0, 1, 1])
     assert torch.isclose(token_loss_by_name("focal", **args)(logits, y), FocalLoss(3.0)(logits, y))
     assert torch.isclose(token_loss_by_name("dice", **args)(logits, y), DiceLoss(1.0, 0.01)(logits, y))
+    released = {**args, "dice_level": "set", "dice_square": True}
+    assert torch.isclose(token_loss_by_name("dice", **released)(logits, y),
+                         DiceLoss(1.0, 0.01, level="set", square=True)(logits, y))
     mom = token_loss_by_name("mom", **args)
     assert isinstance(mom, MoMLoss) and mom.outside_id == 0
     # MoM over binary targets by hand: λ·mean ℓ + (1 − λ)·(Σ_{y=0} ℓ / M) / sentences
