@@ -163,7 +163,7 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
     assert second is not None, "the second cell never started"
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
-    assert not (second / "results.json").exists() and not list(second.glob(".*.tmp"))
+    assert not (second / "results.json").exists()  # (a SIGKILL mid-write may leave a .*.tmp: the rerun drops it)
     from ner_lightning.sweep.__main__ import sweep_status
 
     counts = sweep_status(tmp_path / "a")["counts"]
@@ -177,6 +177,7 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
     assert "3 cells — 1 done, 2 to run" in out
     assert "cell 2/3 |" in out and "cell 3/3 |" in out and "cell 1/3 |" not in out
     assert first.stat().st_mtime == mtime  # the done cell was not touched
+    assert not list((tmp_path / "a").rglob(".*.tmp"))
     assert {k: v for k, v in _scores(tmp_path / "a").items()} == whole
     proc = run_cli(grid, tmp_path, toy_data_dir)
     assert "3 cells — 3 done, 0 to run" in proc.stdout + proc.stderr
@@ -196,7 +197,7 @@ def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):
         time.sleep(0.2)
     time.sleep(2)
     run.send_signal(signal.SIGINT)
-    assert run.wait(120) != 0
+    assert run.wait(300) != 0  # generous: a loaded CI machine
     failure = json.loads((tmp_path / "r" / "failure.json").read_text())
     assert failure["status"] == "interrupted" and "rerun the same command to resume" in failure["error"]
     assert not (tmp_path / "r" / "results.json").exists()

@@ -86,7 +86,8 @@ def cell_number(job_num) -> int:
 
 def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device: dict) -> tuple[str, Path | None]:
     """Start (or restart) a cell in ``out_dir``: drop what a previous attempt left that a report
-    could misread (an old ``failure.json`` / ``results.json``), and checkpoints of a *different*
+    could misread (an old ``failure.json`` / ``results.json``, temp files of a write cut short by
+    SIGKILL), and checkpoints of a *different*
     config; keep ``last.ckpt`` of the same config to resume from. Writes ``cell.json``.
     Returns the ``cell k/N`` log prefix and the checkpoint to resume from (or None)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -94,6 +95,8 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     same = previous is not None and previous.get("config_sha256") == sha
     for name in (RESULTS, FAILURE):
         (out_dir / name).unlink(missing_ok=True)
+    for tmp in out_dir.glob(".*.tmp"):  # a half-written JSON of an attempt SIGKILLed mid-write
+        tmp.unlink(missing_ok=True)
     ckpt_dir = out_dir / CHECKPOINT_DIR
     last = ckpt_dir / LAST_CHECKPOINT
     if not same and ckpt_dir.exists():
