@@ -105,10 +105,19 @@ class DiceLoss(TokenLoss):
     def _terms(self, logits, targets):
         p = logits.softmax(-1)
         y = F.one_hot(targets, p.size(-1)).to(p.dtype)
-        a = (1 - p).pow(self.epsilon)
+        a = self._one_minus_p_pow(logits)
         if self.square:
             return 2 * a * p * y, (a * p).square() + y
         return 2 * a * p * y, (a * p if self.variant == "li2020" else a) + y
+
+    def _one_minus_p_pow(self, logits):
+        """(1 − p_k)^ε from log(1 − p_k) = logsumexp of the other logits − logsumexp of all: the
+        plain power has an infinite gradient at p_k = 1 for ε < 1 (NaN once a softmax saturates)."""
+        k = logits.size(-1)
+        others = logits.unsqueeze(-2).expand(*logits.shape[:-1], k, k)
+        others = others.masked_fill(torch.eye(k, dtype=torch.bool, device=logits.device), float("-inf"))
+        log_q = others.logsumexp(-1) - logits.logsumexp(-1, keepdim=True)
+        return (self.epsilon * log_q).exp()
 
     def per_token(self, logits, targets):
         if self.level == "set":

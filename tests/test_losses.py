@@ -122,6 +122,18 @@ def test_two_class_self_adjusting_dice_with_epsilon_one_is_label_blind():
     assert released(right, y).item() < 0.1 < 0.9 < released(wrong, y).item()
 
 
+def test_dice_stays_finite_when_the_softmax_saturates():
+    """ε < 1: d(1 − p)^ε/dp is infinite at p = 1; the released settings diverged to NaN after 3
+    epochs of loss=mrc_dice_released before (1 − p)^ε was computed from log(1 − p)."""
+    logits = torch.tensor([[0.0, 120.0], [90.0, 0.0], [0.0, 0.5]], requires_grad=True)
+    y = torch.tensor([1, 0, 1])
+    for level in ("token", "set"):
+        loss = DiceLoss(0.01, 1e-4, level=level, square=True)(logits, y)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(logits.grad).all(), level
+        logits.grad = None
+
+
 def test_dice_rejects_unknown_variant():
     with pytest.raises(ValueError, match="variant"):
         DiceLoss(1.0, 1.0, "li")
