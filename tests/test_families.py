@@ -54,6 +54,13 @@ def test_padding_and_continuation_pieces_never_contribute(loss, toy_cfg):
     if loss in TWO_TASK:  # one entity type: O, B-ENT, I-ENT
         batch["labels"][1, 3] = 1
 
+    assert_padding_invariant(module, hidden, batch)
+
+
+def assert_padding_invariant(module, hidden, batch):
+    """Loss and gradient unchanged when [CLS], continuation pieces, [SEP] and padding change;
+    no gradient reaches them (``module.encoder`` is a :class:`FixedEncoder`)."""
+
     def loss_and_grad(h):
         h = h.clone().requires_grad_(True)
         module.encoder.hidden = h
