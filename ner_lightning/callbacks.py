@@ -1,5 +1,6 @@
-"""Lightning callbacks of our own: real (non-padding) sub-word tokens per second, and the
-precision dev/test evaluation runs in."""
+"""Lightning callbacks of our own: real (non-padding) sub-word tokens per second, the
+precision dev/test evaluation runs in, MUNCH-Stack's phases and the MUNCHABLES paper's
+annealing schedule."""
 from __future__ import annotations
 
 import logging
@@ -81,3 +82,168 @@ class EvalPrecision(pl.Callback):
                 self.precision, f"set in the config; auto would pick {best}: {why}")
             log.info("precision: training %s, evaluation %s (%s)", trainer.precision, self.chosen, reason)
         pl_module.eval_precision = self.chosen
+
+
+def _epoch_main_loss(module) -> float | None:
+    """Mean main-corpus training loss of the epoch that just ended (``HeadModule`` families
+    track it per corpus; others: the logged epoch mean of ``train/loss``)."""
+    if hasattr(module, "epoch_loss"):
+        return module.epoch_loss()
+    value = module.trainer.callback_metrics.get("train/loss_epoch")
+    return float(value) if value is not None else None
+
+
+def _restart_schedule(trainer: "pl.Trainer") -> None:
+    """Back to step 0 of the learning-rate schedule (warm-up again, then decay over a phase)."""
+    for config in trainer.lr_scheduler_configs:
+        sched = config.scheduler
+        sched.last_epoch = 0
+        for group, base, fn in zip(sched.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas):
+            group["lr"] = base * fn(0)
+
+
+class AnnealOnPlateau(pl.Callback):
+    """The MUNCHABLES paper's schedule (§4.1, flair's AnnealOnPlateau): a constant learning rate,
+    halved (``factor``) when the epoch's main training loss has not reached a new minimum for
+    ``patience`` consecutive epochs; training ends when the rate falls below ``min_lr`` — or,
+    under MUNCH-Stack (:class:`AuxiliaryPhases`), the phase does and the rate starts over.
+    Replaces the family's warm-up/decay (its LambdaLR multipliers become 1)."""
+
+    def __init__(self, factor: float, patience: int, min_lr: float):
+        self.factor, self.patience, self.min_lr = factor, patience, min_lr
+        self.best: float | None = None
+        self.bad_epochs = 0
+        self.scale = 1.0  # current rate / initial rate
+        self.converged = False
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "bad_epochs": self.bad_epochs, "scale": self.scale}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.bad_epochs, self.scale = state["best"], state["bad_epochs"], state["scale"]
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        for config in trainer.lr_scheduler_configs:
+            sched = config.scheduler
+            sched.lr_lambdas = [self._multiplier for _ in sched.lr_lambdas]
+            for group, base in zip(sched.optimizer.param_groups, sched.base_lrs):
+                group["lr"] = base * self.scale
+
+    def _multiplier(self, step: int) -> float:
+        return self.scale
+
+    def restart(self, trainer) -> None:
+        self.best, self.bad_epochs, self.scale, self.converged = None, 0, 1.0, False
+        _restart_schedule(trainer)
+
+    def lowest_lr(self, trainer) -> float:
+        return min(g["lr"] for opt in trainer.optimizers for g in opt.param_groups)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        loss = _epoch_main_loss(pl_module)
+        if loss is None:
+            return
+        if self.best is None or loss < self.best:
+            self.best, self.bad_epochs = loss, 0
+        else:
+            self.bad_epochs += 1
+        if self.bad_epochs >= self.patience:
+            self.scale *= self.factor
+            self.bad_epochs = 0
+            _restart_schedule(trainer)  # applies the new multiplier
+            log.info("epoch %d: main loss has not improved for %d epochs, learning rate x%g (lowest group %.2e)",
+                     trainer.current_epoch, self.patience, self.factor, self.lowest_lr(trainer))
+        self.converged = self.lowest_lr(trainer) < self.min_lr
+        if self.converged and not any(isinstance(c, AuxiliaryPhases) for c in trainer.callbacks):
+            log.info("learning rate below %g: training ends", self.min_lr)
+            trainer.should_stop = True
+
+
+class AuxiliaryPhases(pl.Callback):
+    """MUNCH-Stack (MUNCHABLES Alg. 4): one phase per auxiliary corpus (``data.phase``), each
+    until the main model converges (``is_converge_main``): the epoch's mean main-corpus training
+    loss has not reached a new minimum for ``patience`` epochs (after ``min_epochs``), or
+    ``max_epochs`` epochs have passed, or :class:`AnnealOnPlateau` (when present) has taken the
+    learning rate below its ``min_lr``. Then the next auxiliary takes over and the learning-rate
+    schedule starts again; after the last phase the run ends."""
+
+    def __init__(self, patience: int, min_epochs: int, max_epochs: int):
+        self.patience, self.min_epochs, self.max_epochs = patience, min_epochs, max_epochs
+        self.phase, self.epochs_in_phase, self.bad_epochs = 0, 0, 0
+        self.best: float | None = None
+        self.history: list[dict] = []  # per phase: auxiliary, epochs, first/last epoch, why it ended
+
+    def state_dict(self) -> dict:
+        return {"phase": self.phase, "epochs_in_phase": self.epochs_in_phase, "bad_epochs": self.bad_epochs,
+                "best": self.best, "history": self.history}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        trainer.datamodule.phase = self.phase  # where a resumed run left off
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        """The phases bound the run: at most ``max_epochs`` per auxiliary (``trainer.max_epochs``
+        and ``min_epochs`` do not apply under MUNCH-Stack)."""
+        dm = trainer.datamodule
+        if getattr(dm, "scheme", None) != "munch_stack":
+            raise ValueError("callbacks.aux_phases is MUNCH-Stack's: use it with multitask=munch_stack")
+        if stage == "fit":
+            trainer.fit_loop.max_epochs = self.max_epochs * len(dm.aux_names)
+            trainer.fit_loop.min_epochs = 0
+
+    def phase_schedule_steps(self, trainer) -> int:
+        """Length of one phase's learning-rate schedule: ``max_epochs`` epochs of steps."""
+        per_epoch = trainer.estimated_stepping_batches / max(1, trainer.max_epochs)
+        return max(1, int(self.max_epochs * per_epoch))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        dm = trainer.datamodule
+        if not self.history or self.history[-1]["phase"] != self.phase:
+            self.history.append({"phase": self.phase, "auxiliary": dm.aux_names[self.phase],
+                                 "epochs": self.epochs_in_phase, "last_epoch": trainer.current_epoch - 1,
+                                 "ended_by": "the trainer stopped (trainer.max_epochs or another callback)"})
+        if self.phase + 1 < len(dm.aux_names):
+            log.warning("MUNCH-Stack ended in phase %d of %d (%s): auxiliaries %s were never used", self.phase + 1, len(dm.aux_names), self.history[-1]["ended_by"],
+                        dm.aux_names[self.phase + 1:])
+
+    def converged(self, trainer, pl_module) -> str | None:
+        """Why the current phase has converged, or None."""
+        anneal = next((c for c in trainer.callbacks if isinstance(c, AnnealOnPlateau)), None)
+        if anneal is not None and anneal.lowest_lr(trainer) < anneal.min_lr:
+            return f"learning rate below {anneal.min_lr}"
+        if self.epochs_in_phase >= self.max_epochs:
+            return f"{self.max_epochs} epochs"
+        if anneal is None and self.epochs_in_phase >= self.min_epochs and self.bad_epochs >= self.patience:
+            return f"main loss without a new minimum for {self.patience} epochs"
+        return None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        dm = trainer.datamodule
+        loss = _epoch_main_loss(pl_module)
+        self.epochs_in_phase += 1
+        if loss is not None and (self.best is None or loss < self.best):
+            self.best, self.bad_epochs = loss, 0
+        else:
+            self.bad_epochs += 1
+        why = self.converged(trainer, pl_module)
+        if why is None:
+            return
+        aux = dm.aux_names[self.phase]
+        self.history.append({"phase": self.phase, "auxiliary": aux, "epochs": self.epochs_in_phase,
+                             "last_epoch": trainer.current_epoch, "ended_by": why})
+        log.info("MUNCH-Stack phase %d (%s) converged after %d epochs (%s)", self.phase, aux, self.epochs_in_phase, why)
+        if self.phase + 1 >= len(dm.aux_names):
+            trainer.should_stop = True
+            return
+        self.phase += 1
+        dm.phase = self.phase
+        self.epochs_in_phase, self.bad_epochs, self.best = 0, 0, None
+        anneal = next((c for c in trainer.callbacks if isinstance(c, AnnealOnPlateau)), None)
+        if anneal is not None:
+            anneal.restart(trainer)
+        else:
+            _restart_schedule(trainer)
+        log.info("MUNCH-Stack phase %d: auxiliary %s", self.phase, dm.aux_names[self.phase])

@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
-from ner_lightning.callbacks import TokenThroughput
+from ner_lightning.callbacks import AuxiliaryPhases, TokenThroughput
 from ner_lightning.results import best_epoch, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells, devices
 
@@ -44,6 +44,30 @@ def _overrides() -> list[str]:
         return []
 
 
+def _check_protocol(cfg: DictConfig) -> None:
+    """Refuse configs whose model selection would read the training data."""
+    ckpt = (cfg.get("callbacks") or {}).get("model_checkpoint")
+    if cfg.data.get("train_on_dev") and ckpt and ckpt.get("monitor") is not None:
+        raise ValueError("data.train_on_dev=true trains on the dev sentences, so selecting the checkpoint on dev "
+                         f"({ckpt.monitor}) would select on training data: set callbacks.model_checkpoint.monitor=null "
+                         "and callbacks.early_stopping=null to test the final model (experiment=munch_paper does)")
+
+
+def build_module(cfg: DictConfig, encoder, datamodule):
+    """The objective family of ``cfg.loss``; in a multi-corpus scheme with one head per corpus
+    (``ner_lightning.models.heads.HeadModule``), over the data module's auxiliary label sets."""
+    from ner_lightning.models.heads import HeadModule
+
+    aux = getattr(datamodule, "aux_label_sets", None)
+    if not aux:
+        return instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set)
+    family = hydra.utils.get_class(cfg.loss._target_)
+    if not issubclass(family, HeadModule):
+        raise ValueError(f"{family.__name__} ({cfg.loss._target_}) has no per-corpus head: multi-corpus schemes (multitask=...) need loss=ce, wce1, wce2, "
+                         "focal, dice, dice_eq6, mom, crf or bilstm_crf")
+    return instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set, aux_label_sets=aux)
+
+
 def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None) -> dict:
     """Run one grid cell and return its ``results.json`` content. ``resume``: a ``last.ckpt`` of
     this same config to continue from (model, optimiser, schedule, loops, RNG, history)."""
@@ -53,12 +77,13 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
     out_dir = Path(cfg.paths.output_dir)
     pl.seed_everything(cfg.init_seed, workers=True)
 
+    _check_protocol(cfg)
     encoder = instantiate(cfg.model)
     datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer)
     datamodule.setup("fit")
     partition = datamodule.partition_record()
     write_json_atomic(out_dir / "partition.json", partition)
-    module = instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set)
+    module = build_module(cfg, encoder, datamodule)
 
     callbacks = _instantiate_group(cfg.get("callbacks"))
     loggers = _instantiate_group(cfg.get("logger"))
@@ -89,6 +114,8 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
     t_end = time.perf_counter()
 
     best = best_epoch(module.history, cfg.monitor) if module.history else None
+    if module.history and checkpoint is not None and checkpoint.monitor is None:
+        best = module.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
     throughput = next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {})
     results = {
         "status": "ok",
@@ -108,6 +135,9 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
         "monitor": cfg.monitor,
         "dev_monitor": best["metrics"][cfg.monitor] if best else None,
         "test": module.scores.get("test"),
+        # Multi-corpus schemes: each auxiliary corpus's test scores (its own head) and MUNCH-Stack's phases.
+        "test_aux": dict(module.aux_scores) or None,
+        "phases": next((c.history for c in callbacks if isinstance(c, AuxiliaryPhases)), None),
         "epochs": trainer.current_epoch,
         "global_steps": trainer.global_step,
         # What a cell cost, to compare objectives at equal compute: OVA-AUC takes 3 optimiser

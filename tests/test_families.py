@@ -103,7 +103,7 @@ def test_every_family_trains_from_scratch_parameters_at_head_lr(loss, toy_cfg):
         else:
             assert lr[id(p)] == (1e-5 if id(p) in encoder else 3e-3), name
     if loss in ("crf", "bilstm_crf"):
-        assert lr[id(module.crf.transitions)] == 3e-3
+        assert lr[id(module.head.crf.transitions)] == 3e-3
     assert len(lr) == sum(1 for _ in module.parameters()) - len(alphas)
     assert module.head_lr == 3e-3
 

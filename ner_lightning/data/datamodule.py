@@ -81,7 +81,8 @@ class LowResourceDataModule(pl.LightningDataModule):
     Regimes, applied in this order to the training set only (``ner_lightning.data.regimes``):
     partition or imbalance sample (``imbalance.entity_share``) -> entity-type projection
     (``entity_types``) and ``label_scheme=untyped`` (both also applied to dev and test) -> ``resample`` -> ``undersample`` ->
-    ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism).
+    ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism);
+    ``train_on_dev`` adds the dev sentences to the training set (a final-model protocol).
     Evaluation batches are sorted by length (results unchanged, far less padding).
 
     ``framing``: ``tagging`` = one encoder input per sentence (chunk); ``mrc`` = one per sentence
@@ -102,6 +103,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         max_length: int,
         framing: str,
         dev_size: int | None,
+        train_on_dev: bool,
         group_by_length: bool,
         length_window: int | None,
         num_workers: int,
@@ -122,6 +124,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.shuffle_seed = shuffle_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.dev_size = dev_size
+        self.train_on_dev = train_on_dev
         self.group_by_length, self.length_window = group_by_length, length_window
         self.num_workers = num_workers
         self.imbalance = dict(imbalance)
@@ -166,7 +169,8 @@ class LowResourceDataModule(pl.LightningDataModule):
         if self.label_scheme == "untyped":
             partition, dev, test = untyped(partition), untyped(dev), untyped(test)
         self.partition_sentences = partition
-        self.sentences = {"train": self._transform(partition), "dev": dev, "test": test}
+        train = partition + dev if self.train_on_dev else partition
+        self.sentences = {"train": self._transform(train), "dev": dev, "test": test}
         labels = self.label_set.entity_types if self.framing == "mrc" else self.label_set.label2id
         for split, sents in self.sentences.items():
             self.features[split] = self.aligner.encode(sents, labels)
@@ -214,7 +218,7 @@ class LowResourceDataModule(pl.LightningDataModule):
             "sha256": digest(ids),
             "training_set": {
                 "regime": {"imbalance": self.imbalance, "entity_types": self.entity_types,
-                           "label_scheme": self.label_scheme,
+                           "label_scheme": self.label_scheme, "train_on_dev": self.train_on_dev,
                            "resample": self.resample, "resample_variant": self.resample_variant,
                            "undersample": self.undersample, "augment": self.augment},
                 "before": training_set_stats(self.partition_sentences),

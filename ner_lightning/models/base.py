@@ -82,7 +82,8 @@ class NERModule(pl.LightningModule):
         self.clip_val: float | None = None  # manual optimisation: the Trainer's clipping, taken over
         self.scores: dict[str, dict] = {}  # latest span scores per stage
         self.history: list[dict] = []  # dev scores of every validation epoch
-        self._predictions: dict[str, list] = {"val": [], "test": []}
+        self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
+        self._predictions: dict[str, dict[int, list]] = {"val": {}, "test": {}}  # per corpus index (0 = main)
         self.eval_precision: str | None = None  # set by callbacks.EvalPrecision; None = trainer.precision
         self.train()  # from_pretrained leaves the encoder in eval mode (dropout off)
 
@@ -210,8 +211,9 @@ class NERModule(pl.LightningModule):
     def _collect(self, stage: str, batch: dict) -> None:
         with self._full_precision():
             preds = self.decode(batch)
-        for si, off, p in zip(batch["sentence_index"].tolist(), batch["word_offset"].tolist(), preds):
-            self._predictions[stage].append((si, off, p))
+        corpus = batch["corpus"].tolist() if "corpus" in batch else [0] * len(preds)
+        for c, si, off, p in zip(corpus, batch["sentence_index"].tolist(), batch["word_offset"].tolist(), preds):
+            self._predictions[stage].setdefault(c, []).append((si, off, p))
 
     def on_fit_start(self) -> None:
         self._check_framing()
@@ -232,25 +234,35 @@ class NERModule(pl.LightningModule):
         self._score("test")
 
     def _score(self, stage: str) -> None:
-        collected, self._predictions[stage] = self._predictions[stage], []
+        collected, self._predictions[stage] = self._predictions[stage], {}
         if self.trainer.sanity_checking:
             return
-        gold = self.trainer.datamodule.gold_tags(SPLIT_OF_STAGE[stage])
-        scores = span_scores(gold, self.predicted_tags(collected, gold, stage))
+        dm = self.trainer.datamodule
+        gold = dm.gold_tags(SPLIT_OF_STAGE[stage])
+        scores = span_scores(gold, self.predicted_tags(collected.get(0, []), gold, stage))
         self.scores[stage] = scores
         flat = flat_scores(scores, stage)
         if stage == "val":
             self.history.append({"epoch": self.current_epoch, "metrics": dict(flat), "scores": scores})
         self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
         self.log_dict(flat)
+        for c in sorted(k for k in collected if k):  # auxiliary corpora of a multi-corpus run (test only)
+            name = dm.corpus_names[c]
+            gold = dm.gold_tags(SPLIT_OF_STAGE[stage], name)
+            aux = span_scores(gold, self.predicted_tags(collected[c], gold, f"{stage} {name}", self.id2label_of(name)))
+            self.aux_scores[name] = aux
+            self.log(f"{stage}_aux/{name}/f1", aux["micro"]["f1"])
 
-    def predicted_tags(self, collected: list, gold: list[list[str]], stage: str) -> list[list[str]]:
+    def predicted_tags(self, collected: list, gold: list[list[str]], stage: str,
+                       id2label: dict[int, str] | None = None) -> list[list[str]]:
         """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
-        chunk (what :meth:`_collect` stored); every gold word must be predicted exactly once."""
+        chunk (what :meth:`_collect` stored); every gold word must be predicted exactly once.
+        ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""
+        id2label = id2label or self.id2label
         pred = [[OUTSIDE] * len(g) for g in gold]
         covered = 0
         for si, off, ids in collected:
-            pred[si][off : off + len(ids)] = [self.id2label[i] for i in ids]
+            pred[si][off : off + len(ids)] = [id2label[i] for i in ids]
             covered += len(ids)
         if covered != sum(len(g) for g in gold):
             raise RuntimeError(f"{stage}: predicted {covered} words for {sum(map(len, gold))} gold words")
@@ -264,7 +276,7 @@ class NERModule(pl.LightningModule):
         pretrained = [p for p in self.encoder.parameters() if p.requires_grad]
         heads = [p for p in self.parameters() if p.requires_grad and id(p) not in encoder and not self._own(p)]
         head_group = {"params": heads} if self.head_lr is None else {"params": heads, "lr": self.head_lr}
-        return [{"params": pretrained}, head_group]
+        return [group for group in ({"params": pretrained}, head_group) if group["params"]]  # frozen encoder: heads only
 
     def _own(self, p: torch.nn.Parameter) -> bool:
         """Parameters a family optimises itself (AUC losses' a, b, α)."""
@@ -273,5 +285,8 @@ class NERModule(pl.LightningModule):
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(params=self.optimizer_parameters())
         total = self.trainer.estimated_stepping_batches
+        phases = next((c for c in self.trainer.callbacks if hasattr(c, "phase_schedule_steps")), None)
+        if phases is not None:  # MUNCH-Stack: the schedule runs (and restarts) once per phase
+            total = phases.phase_schedule_steps(self.trainer)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

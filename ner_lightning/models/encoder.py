@@ -68,7 +68,10 @@ class TransformerEncoder(nn.Module):
         tokenizer: str | None = None,
         random_init: dict | None = None,
         add_prefix_space: bool = False,
+        freeze: bool = False,
     ):
+        """``freeze``: the pretrained weights stay fixed (the encoder as a feature extractor, as
+        flair's embeddings are in the MUNCHABLES paper); only the heads train."""
         super().__init__()
         if random_init is not None and name_or_path != RANDOM_INIT_NAME:
             raise ValueError(
@@ -87,6 +90,8 @@ class TransformerEncoder(nn.Module):
             self.model = _load("encoder", AutoModel.from_pretrained, name_or_path)
         self.name_or_path = name_or_path
         self.hidden_size = self.model.config.hidden_size
+        self.frozen = freeze
+        self.model.requires_grad_(not freeze)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

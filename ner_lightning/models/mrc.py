@@ -95,7 +95,7 @@ class MRCModule(NERModule):
         with self._full_precision():
             probs = self.decode(batch)
         keys = zip(batch["sentence_index"].tolist(), batch["word_offset"].tolist(), batch["type_index"].tolist())
-        self._predictions[stage].extend((si, off, ti, p) for (si, off, ti), p in zip(keys, probs))
+        self._predictions[stage].setdefault(0, []).extend((si, off, ti, p) for (si, off, ti), p in zip(keys, probs))
 
     def predicted_tags(self, collected: list, gold: list[list[str]], stage: str) -> list[list[str]]:
         """Reassemble each (sentence, type) answer over its chunks, decode it into spans and

@@ -1,0 +1,220 @@
+"""``MultiCorpusDataModule``: a main corpus plus auxiliary corpora with their own label sets.
+
+The main corpus is exactly what :class:`LowResourceDataModule` builds (partition, regimes,
+dev, test — the same sentences as a single-corpus run of the same config). Each auxiliary
+corpus (``aux=[bc2gm,linnaeus,...]``, names of ``conf/dataset`` files) keeps its own labels and
+contributes a training sample of ``aux_size`` sentences, drawn from (aux dataset, aux_size,
+partition, seed) — partition k of the main corpus is trained with sample k of each
+auxiliary — and a test sample of ``aux_test_size`` sentences (null = the full test split),
+scored with that corpus's head after training. Training batches follow ``scheme``
+(``ner_lightning.data.schedules``); the auxiliaries' order is ``listed``, ``random`` (no two
+of the same entity type consecutive, MUNCHABLES §4.1) or ``sorted`` (ascending SingleAux main
+dev score read from ``aux_sort_from`` sweep folders, §5.1).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from ner_lightning.data.alignment import collate_features
+from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
+from ner_lightning.data.datamodule import LowResourceDataModule
+from ner_lightning.data.sampling import sample_partition
+from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule
+
+log = logging.getLogger(__name__)
+MAIN = "main"  # the head / corpus key of the main corpus
+ORDERS = ("listed", "random", "sorted")
+
+
+class ScheduleSampler(Sampler[list[int]]):
+    """Batches of global example indices following ``epoch_schedule`` (set_epoch by Lightning;
+    the phase read from the data module when an epoch starts)."""
+
+    def __init__(self, datamodule: "MultiCorpusDataModule"):
+        self.dm, self.epoch = datamodule, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[tuple[int, int]]]:
+        dm = self.dm
+        return epoch_schedule(dm.scheme, dm.train_sizes(), dm.batch_size, dm.shuffle_seed, self.epoch, dm.phase)
+
+    def __len__(self) -> int:
+        return len(self.batches())
+
+    def __iter__(self):
+        offsets = self.dm.train_offsets()
+        for batch in self.batches():
+            yield [offsets[c] + i for c, i in batch]
+
+
+def collate_corpora(items: Sequence[tuple[int, object]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """``collate_features`` plus ``corpus``: the corpus index of each row (0 = main)."""
+    batch = collate_features([f for _, f in items], pad_token_id=pad_token_id)
+    batch["corpus"] = torch.tensor([c for c, _ in items])
+    return batch
+
+
+class MultiCorpusDataModule(LowResourceDataModule):
+    """Main corpus (every ``LowResourceDataModule`` argument) + auxiliary corpora + a scheme."""
+
+    def __init__(self, auxiliaries: list[str], data_dir: str, aux_size: int | None, aux_test_size: int | None, scheme: str,
+                 aux_order: str, aux_sort_from: list[str] | None, **main):
+        super().__init__(**main)
+        if self.corpus.name in (auxiliaries or []):  # one aux list serves a sweep over main corpora
+            log.info("aux: %s is the main corpus, not an auxiliary of itself", self.corpus.name)
+        auxiliaries = [load_auxiliary(name, data_dir) for name in auxiliaries or [] if name != self.corpus.name]
+        names = [c.name for c in auxiliaries]
+        if len(set(names)) != len(names):
+            raise ValueError(f"aux: {names} lists a corpus twice")
+        if self.framing != "tagging":
+            raise ValueError("multi-corpus schemes (multitask=...) need data.framing=tagging: one head per corpus "
+                             "over the shared word states (loss=ce, wce1, wce2, focal, dice, mom, crf, bilstm_crf)")
+        check_scheme(scheme, len(names))
+        if aux_order not in ORDERS:
+            raise ValueError(f"data.aux_order must be one of {ORDERS}, got {aux_order!r}")
+        if aux_order == "sorted" and not aux_sort_from:
+            raise ValueError("data.aux_order=sorted needs aux_sort_from=[<SingleAux sweep folder>, ...]: the auxiliaries "
+                             "are sorted by their SingleAux main-dev score (run multitask=singleaux first)")
+        self.auxiliaries = {c.name: c for c in auxiliaries}
+        self.aux_size, self.aux_test_size = aux_size, aux_test_size
+        self.scheme, self.aux_order, self.aux_sort_from = scheme, aux_order, list(aux_sort_from or [])
+        self.aux_names: list[str] = names  # in training order after setup
+        self.phase = 0  # MUNCH-Stack: index of the auxiliary in use (callbacks.AuxiliaryPhases)
+        self.aux_sentences: dict[str, dict[str, list[Sentence]]] = {}
+        self.aux_features: dict[str, dict[str, list]] = {}
+
+    @property
+    def aux_label_sets(self) -> dict[str, LabelSet]:
+        """Each auxiliary's label set, in training order (a head per corpus: models.heads.HeadModule)."""
+        return {n: self.auxiliaries[n].label_set for n in self.aux_names}
+
+    @property
+    def corpus_names(self) -> list[str]:
+        """Head / corpus key of each corpus index: ``main``, then the auxiliaries in order."""
+        return [MAIN, *self.aux_names]
+
+    # --- sentences ---------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.aux_sentences:
+            return
+        super().setup(stage)
+        self.aux_names = self._order(list(self.auxiliaries))
+        for name in self.aux_names:
+            c = self.auxiliaries[name]
+            train = sample_partition(c.train, self.aux_size, self.partition, self.seed, c.name, key="aux_size")
+            test = sample_partition(c.test, self.aux_test_size, 0, self.seed, c.name, split="test",
+                                    key="aux_test_size")
+            self.aux_sentences[name] = {"train": train, "test": test}
+            self.aux_features[name] = {s: self.aligner.encode(x, c.label_set.label2id) for s, x in
+                                       self.aux_sentences[name].items()}
+        log.info("%s: main %s (%d training inputs) + auxiliaries %s", self.scheme, self.corpus.name,
+                 len(self.features["train"]), ", ".join(f"{n} ({len(self.aux_features[n]['train'])})"
+                                                         for n in self.aux_names))
+
+    def _order(self, names: list[str]) -> list[str]:
+        if self.aux_order == "listed" or len(names) < 2:
+            return names
+        if self.aux_order == "random":
+            return alternate_types(names, {n: set(self.aux_label_sets[n].entity_types) for n in names}, self.seed)
+        scores = singleaux_dev_scores([Path(d) for d in self.aux_sort_from], self.corpus.name, self.size,
+                                      self.partition, self.seed)
+        missing = [n for n in names if n not in scores]
+        if missing:
+            raise ValueError(f"data.aux_order=sorted: no SingleAux result for auxiliaries {missing} (main "
+                             f"{self.corpus.name}, size {self.size}, partition {self.partition}, seed {self.seed}) "
+                             f"under {self.aux_sort_from}; run multitask=singleaux with aux=[{missing[0]}] there first")
+        order = sorted(names, key=lambda n: (scores[n], n))  # ascending: the most helpful auxiliary last
+        log.info("auxiliaries sorted by SingleAux main dev score: %s",
+                 " -> ".join(f"{n} ({scores[n]:.4f})" for n in order))
+        return order
+
+    def train_sizes(self) -> list[int]:
+        return [len(self.features["train"])] + [len(self.aux_features[n]["train"]) for n in self.aux_names]
+
+    def train_offsets(self) -> list[int]:
+        sizes = self.train_sizes()
+        return [sum(sizes[:k]) for k in range(len(sizes))]
+
+    def partition_record(self) -> dict:
+        record = super().partition_record()
+        record["multi_corpus"] = {
+            "scheme": self.scheme, "aux_order": self.aux_order, "order": self.aux_names,
+            "auxiliaries": {n: {"train_sentences": len(s["train"]), "train_sha256": digest(x.id for x in s["train"]),
+                                "test_sentences": len(s["test"]), "entity_types": list(self.aux_label_sets[n].entity_types)}
+                            for n, s in self.aux_sentences.items()},
+        }
+        return record
+
+    def aux_label_counts(self, name: str) -> torch.Tensor:
+        ids = [label for f in self.aux_features[name]["train"] for label in f.labels if label >= 0]
+        return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(self.aux_label_sets[name]))
+
+    def gold_tags(self, split: str, corpus: str = MAIN) -> list[list[str]]:
+        if corpus == MAIN:
+            return super().gold_tags(split)
+        return [list(s.tags) for s in self.aux_sentences[corpus][split]]
+
+    # --- loaders -----------------------------------------------------------------------------
+    def train_dataloader(self) -> DataLoader:
+        items = [(0, f) for f in self.features["train"]]
+        for c, name in enumerate(self.aux_names, start=1):
+            items += [(c, f) for f in self.aux_features[name]["train"]]
+        return DataLoader(items, batch_sampler=ScheduleSampler(self), num_workers=self.num_workers,
+                          collate_fn=functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id))
+
+    def test_dataloader(self) -> DataLoader:
+        """Main test batches, then each auxiliary's (``corpus`` marks the head that decodes them)."""
+        if "test+aux" not in self._eval_batches:
+            batches = list(self._eval_loader("test"))
+            collate = functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id)
+            for c, name in enumerate(self.aux_names, start=1):
+                feats = sorted(self.aux_features[name]["test"], key=lambda f: len(f.input_ids))
+                batches += [collate([(c, f) for f in feats[i : i + self.eval_batch_size]])
+                            for i in range(0, len(feats), self.eval_batch_size)]
+            self._eval_batches["test+aux"] = batches
+        return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False)
+
+
+def load_auxiliary(name: str, data_dir: str) -> Corpus:
+    """The corpus of ``conf/dataset/<name>.yaml``, read from ``data_dir`` (``paths.data_dir``)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from ner_lightning.config import CONFIG_DIR
+
+    if not isinstance(name, str):
+        raise ValueError(f"aux must be a list of dataset names, e.g. aux=[bc2gm,linnaeus], got an entry {name!r}")
+    path = CONFIG_DIR / "dataset" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(f"aux: {name!r} has no dataset config ({path}); known datasets: {known}")
+    node = OmegaConf.merge({"paths": {"data_dir": data_dir}}, {"dataset": OmegaConf.load(path)})
+    return instantiate(node.dataset)
+
+
+def singleaux_dev_scores(dirs: list[Path], dataset: str, size, partition: int, seed: int) -> dict[str, float]:
+    """Best main-dev monitor value of each SingleAux run (one auxiliary) of this main corpus, size,
+    partition and seed found under ``dirs`` (``results.json`` files)."""
+    scores: dict[str, float] = {}
+    for d in dirs:
+        if not d.is_dir():
+            raise FileNotFoundError(f"aux_sort_from: {d} is not a folder (a SingleAux sweep folder)")
+        for path in sorted(d.rglob("results.json")):
+            run = json.loads(path.read_text())
+            cfg = run.get("config", {})
+            data = cfg.get("data", {})
+            if (data.get("scheme") != "singleaux" or cfg.get("dataset", {}).get("name") != dataset
+                    or str(cfg.get("size")) != str(size) or cfg.get("partition") != partition or cfg.get("seed") != seed):
+                continue
+            (aux,) = data["auxiliaries"]
+            scores[aux] = run["dev_monitor"]
+    return scores

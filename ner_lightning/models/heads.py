@@ -1,0 +1,187 @@
+"""Output heads over shared word states: scores + loss + decoding for one label set.
+
+A head is what a corpus owns in a model whose encoder several corpora share (the MUNCHABLES
+paper's Fig. 1: shared layers, one CRF per dataset). :class:`HeadModule` families hold one
+head per corpus — the main corpus's and, in a multi-corpus scheme (``multitask=``), one per
+auxiliary corpus with that corpus's own labels — and route each batch row to its corpus's head.
+
+* :class:`SoftmaxHead` — linear scores, any ``ner_lightning.losses`` token loss, per-word argmax.
+* :class:`CRFHead` — optional BiLSTM, linear emissions, linear-chain CRF (MUNCHABLES eqs. 5-8:
+  negative log-likelihood, mean over sentences), Viterbi decoding (eq. 6).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torchcrf import CRF
+
+from ner_lightning.data.corpus import LabelSet
+from ner_lightning.data.multi_corpus import MAIN
+from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
+from ner_lightning.losses import TokenLoss
+from ner_lightning.models.base import NERModule
+from ner_lightning.models.encoder import TransformerEncoder
+
+
+class SoftmaxHead(nn.Module):
+    """Dropout + linear scores ``(B, W, K)``; ``token_loss(logits (N, K), targets (N,), sentence)``
+    over the real words only; decoding is the per-word argmax."""
+
+    def __init__(self, hidden_size: int, label_set: LabelSet, token_loss: TokenLoss, dropout: float):
+        super().__init__()
+        self.token_loss = token_loss
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden_size, len(label_set))
+
+    def scores(self, states: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(states))
+
+    def fit_counts(self, counts: torch.Tensor) -> None:
+        """Class weights from training label counts (the weighted losses; no-op for others)."""
+        if hasattr(self.token_loss, "fit_counts"):
+            self.token_loss.fit_counts(counts)
+
+    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        logits = self.scores(states, word_mask)
+        rows = torch.arange(word_mask.size(0), device=word_mask.device)[:, None].expand_as(word_mask)
+        return self.token_loss(logits[word_mask], labels[word_mask], sentence=rows[word_mask])
+
+    def decode(self, states: torch.Tensor, word_mask: torch.Tensor) -> list[list[int]]:
+        best = self.scores(states, word_mask).argmax(-1)
+        return [row[m].tolist() for row, m in zip(best, word_mask)]
+
+
+class CRFHead(nn.Module):
+    """Dropout -> (optional BiLSTM) -> linear emissions -> CRF (``torchcrf``); Viterbi decoding,
+    optionally restricted to valid IOB2 transitions."""
+
+    def __init__(self, hidden_size: int, label_set: LabelSet, dropout: float, lstm_hidden: int | None,
+                 constrain_transitions: bool):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        width = hidden_size
+        self.lstm = None
+        if lstm_hidden:
+            self.lstm = nn.LSTM(width, lstm_hidden, batch_first=True, bidirectional=True)
+            width = 2 * lstm_hidden
+        self.emit = nn.Linear(width, len(label_set))
+        self.crf = CRF(len(label_set), batch_first=True)
+        self.constrain_transitions = constrain_transitions
+        start_ok, trans_ok = bio_transition_mask(label_set.labels)
+        self.register_buffer("start_ok", start_ok, persistent=False)
+        self.register_buffer("trans_ok", trans_ok, persistent=False)
+
+    def scores(self, states: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        states = self.dropout(states)
+        if self.lstm is not None:
+            lengths = word_mask.sum(1).cpu()
+            packed = pack_padded_sequence(states, lengths, batch_first=True, enforce_sorted=False)
+            states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=states.size(1))
+        return self.emit(states)
+
+    def fit_counts(self, counts: torch.Tensor) -> None:
+        """The CRF's likelihood has no class weights."""
+
+    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        tags = labels.clamp(min=0)  # padding words are masked out by the CRF
+        return -self.crf(self.scores(states, word_mask), tags, mask=word_mask, reduction="mean")
+
+    def decode(self, states: torch.Tensor, word_mask: torch.Tensor) -> list[list[int]]:
+        start, trans = self.crf.start_transitions, self.crf.transitions
+        if self.constrain_transitions:
+            start = start.masked_fill(~self.start_ok, NEG)
+            trans = trans.masked_fill(~self.trans_ok, NEG)
+        return viterbi_decode(self.scores(states, word_mask), word_mask, start, self.crf.end_transitions, trans)
+
+
+class HeadModule(NERModule):
+    """A family that is one head over the shared encoder's word states, with one head per corpus.
+
+    ``heads["main"]`` scores the main corpus; a multi-corpus data module
+    (``ner_lightning.data.multi_corpus``) adds one head per auxiliary corpus
+    (``aux_label_sets``), each over that corpus's own labels. A batch's ``corpus`` row indices
+    (0 = main, absent = all main) route every row to its corpus's head; a batch mixing corpora
+    (MUNCH-Conc) costs the row-weighted mean of the heads' losses. Each epoch's mean training
+    loss per corpus is logged (``train/loss_<corpus>``) and read by MUNCH-Stack's convergence test.
+    """
+
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, make_head: Callable[[LabelSet], nn.Module],
+                 optimizer: Callable[..., torch.optim.Optimizer], warmup_ratio: float, head_lr: float | None,
+                 aux_label_sets: dict[str, LabelSet] | None):
+        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
+        corpora = {MAIN: label_set, **(aux_label_sets or {})}
+        self.corpus_names = list(corpora)
+        self.label_sets = corpora
+        self.heads = nn.ModuleDict({name: make_head(ls) for name, ls in corpora.items()})
+        self.epoch_losses: dict[str, list[float]] = {}
+
+    @property
+    def head(self) -> nn.Module:
+        """The main corpus's head."""
+        return self.heads[MAIN]
+
+    def setup(self, stage: str) -> None:
+        dm = self.trainer.datamodule if self._trainer is not None else None
+        if dm is None:
+            return
+        trained = list(getattr(dm, "corpus_names", [MAIN]))
+        if trained != self.corpus_names:
+            raise ValueError(f"the model has heads for corpora {self.corpus_names} but the data module trains "
+                             f"{trained}: build the module with the data module's aux_label_sets")
+        self.head.fit_counts(dm.label_counts())
+        for name in self.corpus_names[1:]:
+            self.heads[name].fit_counts(dm.aux_label_counts(name))
+
+    def _rows(self, batch: dict) -> list[tuple[str, torch.Tensor | None]]:
+        """(corpus name, row mask or None for all rows) of each corpus present in the batch."""
+        corpus = batch.get("corpus")
+        if corpus is None:
+            return [(MAIN, None)]
+        present = corpus.unique().tolist()
+        if len(present) == 1:
+            return [(self.corpus_names[present[0]], None)]
+        return [(self.corpus_names[c], corpus == c) for c in present]
+
+    def training_loss(self, batch: dict) -> torch.Tensor:
+        states, labels, mask = self.word_states(batch), self.word_labels(batch), batch["word_mask"]
+        total = states.new_zeros(())
+        for name, rows in self._rows(batch):
+            if rows is None:
+                loss, share = self.heads[name].loss(states, labels, mask), 1.0
+            else:
+                loss = self.heads[name].loss(states[rows], labels[rows], mask[rows])
+                share = float(rows.sum()) / rows.numel()
+            total = total + share * loss
+            acc = self.epoch_losses.setdefault(name, [0.0, 0])
+            acc[0] += float(loss.detach())
+            acc[1] += 1
+        return total
+
+    def decode(self, batch: dict) -> list[list[int]]:
+        states, mask = self.word_states(batch), batch["word_mask"]
+        out: list[list[int] | None] = [None] * mask.size(0)
+        for name, rows in self._rows(batch):
+            index = range(mask.size(0)) if rows is None else rows.nonzero().flatten().tolist()
+            sub = (states, mask) if rows is None else (states[rows], mask[rows])
+            for i, ids in zip(index, self.heads[name].decode(*sub)):
+                out[i] = ids
+        return out
+
+    def on_train_epoch_start(self) -> None:
+        self.epoch_losses = {}
+
+    def epoch_loss(self, corpus: str = MAIN) -> float | None:
+        """Mean training loss of ``corpus``'s batches in the current (or just finished) epoch."""
+        total, n = self.epoch_losses.get(corpus, (0.0, 0))
+        return total / n if n else None
+
+    def on_train_epoch_end(self) -> None:
+        if len(self.corpus_names) > 1:
+            for name in self.epoch_losses:
+                self.log(f"train/loss_{name}", self.epoch_loss(name))
+
+    def id2label_of(self, corpus: str) -> dict[int, str]:
+        return self.label_sets[corpus].id2label
