@@ -65,7 +65,7 @@ def _report(gold: list[list[str]], pred: list[list[str]], mode: str) -> dict:
         tp_n.update(t for t, _, _ in set(gs) & set(ps))
     names = sorted(set(true_n) | set(pred_n))
     if not names:
-        return {"micro": _empty(), "macro": _empty(), "per_type": {}}
+        return {"micro": _empty(counts=True), "macro": _empty(), "per_type": {}}
     tp = np.array([tp_n[t] for t in names], dtype=np.int64)
     pr = np.array([pred_n[t] for t in names], dtype=np.int64)
     tr = np.array([true_n[t] for t in names], dtype=np.int64)
@@ -77,22 +77,24 @@ def _report(gold: list[list[str]], pred: list[list[str]], mode: str) -> dict:
         return {"precision": float(pi), "recall": float(ri), "f1": float(fi), "support": int(s)}
 
     return {
-        "micro": row(mp, mr, mf, support),
+        # counts too, so F1 can be pooled over corpora (the report's --average-over dataset: micro average)
+        "micro": {**row(mp, mr, mf, support), "correct": int(tp.sum()), "predicted": int(pr.sum())},
         "macro": row(np.average(p), np.average(r), np.average(f), support),
         "per_type": {t: row(p[k], r[k], f[k], tr[k]) for k, t in enumerate(names)},
     }
 
 
 def span_scores(gold: list[list[str]], pred: list[list[str]]) -> dict:
-    """Strict ``{"micro": {precision, recall, f1, support}, "macro": …, "per_type": {T: …}}``
+    """Strict ``{"micro": {precision, recall, f1, support, correct, predicted}, "macro": {precision,
+    recall, f1, support}, "per_type": {T: …}}``
     with the same three keys for lenient mode under ``"lenient"``."""
     if len(gold) != len(pred) or any(len(g) != len(p) for g, p in zip(gold, pred)):
         raise ValueError("gold and predicted sequences must align sentence by sentence, word by word")
     return {**_report(gold, pred, "strict"), "lenient": _report(gold, pred, "lenient")}
 
 
-def _empty() -> dict:
-    return {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+def _empty(counts: bool = False) -> dict:
+    return {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0, **({"correct": 0, "predicted": 0} if counts else {})}
 
 
 def flat_scores(scores: dict, prefix: str) -> dict[str, float]:

@@ -82,13 +82,18 @@ def test_scores_equal_seqeval_bit_for_bit_on_random_and_malformed_tags(seed):
         ref = _seqeval_report(gold, pred, mode)
         if mode == "strict" and not ref["per_type"]:
             continue  # only stray I- tags: seqeval has no rows; we report zeros (checked below)
+        counts = {"correct": got["micro"].pop("correct"), "predicted": got["micro"].pop("predicted")}
         assert got["micro"] == ref["micro"] and got["macro"] == ref["macro"], mode
+        assert counts["correct"] == round(ref["micro"]["recall"] * ref["micro"]["support"]), mode
+        if ref["micro"]["precision"] > 0:
+            assert counts["predicted"] == round(counts["correct"] / ref["micro"]["precision"]), mode
         assert got["per_type"] == ref["per_type"], mode
 
 
 def test_only_stray_inside_tags_score_zero_in_strict_mode():
     s = span_scores([["I-PER", "O"]], [["I-PER", "O"]])
-    assert s["micro"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0} and s["per_type"] == {}
+    assert s["micro"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0, "correct": 0, "predicted": 0}
+    assert s["per_type"] == {}
     assert s["lenient"]["micro"]["f1"] == 1.0
 
 

@@ -176,3 +176,38 @@ def test_wandb_summary_run_reads_back(sweep, tmp_path):
     table = json.loads((folder / "files" / run["summary"]["summary_table.path"]).read_text())
     row = dict(zip(table["columns"], table["data"][0]))
     assert row["loss"] == "ce" and row["size"] == "20" and row["test.micro.f1 mean"] == pytest.approx(0.4575)
+
+
+def _corpus_run(dataset, scheme, partition, f1, dev, correct, predicted, support, aux=None):
+    r = _result("crf", 200, partition, f1, sha=f"{dataset}-{partition}",
+                config={"dataset": {"name": dataset}, "aux": aux or []})
+    r["grid"] = {"multitask": scheme, "dataset": dataset}
+    r["test"]["micro"].update(correct=correct, predicted=predicted, support=support)
+    r["dev_monitor"] = dev
+    return r
+
+
+def test_singleaux_auxiliary_is_chosen_on_dev_and_corpora_are_averaged(tmp_path, capsys):
+    """SingleAux keeps, per corpus and partition, the auxiliary with the best main dev score
+    (not test); macro = mean F1 over corpora, micro = F1 of the pooled span counts."""
+    runs = [
+        # a: SingleAux with x (dev .7, test .5) or y (dev .6, test .9): x is chosen, test .5
+        _corpus_run("a", "singleaux", 0, 0.5, 0.7, 5, 10, 10, aux=["x"]),
+        _corpus_run("a", "singleaux", 0, 0.9, 0.6, 9, 10, 10, aux=["y"]),
+        _corpus_run("b", "singleaux", 0, 0.25, 0.3, 10, 30, 50, aux=["x"]),
+        _corpus_run("a", "singletask", 0, 0.4, 0.5, 4, 10, 10),
+        _corpus_run("b", "singletask", 0, 0.2, 0.5, 8, 30, 50),
+        _corpus_run("a", "singletask", 1, 0.4, 0.5, 4, 10, 10),  # partition 1 has no b: left out of the average
+    ]
+    for i, r in enumerate(runs):
+        _write(tmp_path, str(i), r)
+    main([str(tmp_path), "--by", "dataset,multitask", "--metrics", "test.micro.f1", "--select-on-dev", "aux",
+          "--average-over", "dataset", "--resamples", "200"])
+    out = capsys.readouterr().out
+    assert "a singleaux partition 0: aux=x chosen on dev (x 0.7000, y 0.6000)" in out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| single")}
+    # singleaux: macro (0.5 + 0.25) / 2; micro 2 * (5 + 10) / ((10 + 30) + (10 + 50))
+    assert "| 0.3750 ±" in rows["singleaux"] and "| 0.3000 ±" in rows["singleaux"]
+    # singletask: macro (0.4 + 0.2) / 2; micro 2 * 12 / (40 + 60); partition 1 left out
+    assert "| 0.3000 ±" in rows["singletask"] and "| 0.2400 ±" in rows["singletask"]
+    assert rows["singletask"].rstrip().endswith("| 1 | 1 |")

@@ -78,6 +78,9 @@ class MultiCorpusDataModule(LowResourceDataModule):
         if self.framing != "tagging":
             raise ValueError("multi-corpus schemes (multitask=...) need data.framing=tagging: one head per corpus "
                              "over the shared word states (loss=ce, wce1, wce2, focal, dice, mom, crf, bilstm_crf)")
+        if self.group_by_length:
+            raise ValueError("data.group_by_length does not apply to multi-corpus schedules (multitask=...): the "
+                             "scheme decides each batch; set data.group_by_length=false")
         check_scheme(scheme, len(names))
         if aux_order not in ORDERS:
             raise ValueError(f"data.aux_order must be one of {ORDERS}, got {aux_order!r}")

@@ -4,6 +4,7 @@
     python -m ner_lightning.report DIR --by loss,size --metrics test.micro.f1,test.lenient.micro.f1 --baseline loss=ce
     python -m ner_lightning.report DIR --by loss,size --metrics test.macro.f1 --paper loss:size --baseline loss=ce
     python -m ner_lightning.report DIR --by loss,size --baseline loss=ce --plots docs/results/figures/x
+    python -m ner_lightning.report SINGLEAUX_DIR DIR --by dataset,multitask --select-on-dev aux --average-over dataset
 
 Rows group the runs by config keys (dotted paths into the resolved config; ``loss``, ``model``
 and ``dataset`` mean the option chosen on the command line). Every metric is a dotted path into
@@ -20,6 +21,9 @@ than 6 pairs; the bootstrap p is anti-conservative with so few). ``--paper METHO
 per metric (``--format md|latex|csv``); ``--plots DIR`` writes the figures (PNG + SVG);
 ``--wandb`` logs a summary run with the table and figures into the sweep's W&B group.
 A tuning sweep (``experiment=tune_*``) also gets its trials listed and plotted.
+``--select-on-dev KEY`` keeps, per row and partition, the run whose KEY has the best dev score
+(SingleAux's auxiliary); ``--average-over KEY`` adds macro and pooled-micro averages over KEY
+(main corpora, the MUNCHABLES paper's Table 2); auxiliary test scores are ``test_aux.<corpus>.…``.
 """
 from __future__ import annotations
 
@@ -28,8 +32,10 @@ import json
 import sys
 from pathlib import Path
 
-from ner_lightning.report.runs import load_runs, load_trials, mixed_settings
-from ner_lightning.report.tables import baseline_row_value, comparison_table, comparisons, paper_table, summary_table
+from ner_lightning.report.runs import load_runs, load_trials, mixed_settings, select_on_dev
+from ner_lightning.report.tables import (
+    baseline_row_value, comparison_table, comparisons, corpus_average_table, paper_table, summary_table,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,6 +48,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--paper", metavar="METHOD:COLUMN", help="paper-style table, e.g. loss:size")
     ap.add_argument("--format", choices=("md", "latex", "csv"), default="md", help="format of --paper tables")
     ap.add_argument("--plots", type=Path, metavar="DIR", help="write the figures the sweep allows here")
+    ap.add_argument("--select-on-dev", metavar="KEY", help="keep, per row and partition, the run whose KEY value "
+                    "has the best dev monitor (e.g. aux: SingleAux's auxiliary chosen on main dev)")
+    ap.add_argument("--average-over", metavar="KEY", help="also average the first metric over KEY's values per "
+                    "partition (e.g. dataset: macro and pooled micro averages over main corpora)")
     ap.add_argument("--alpha", type=float, default=0.05, help="significance level (after Holm's correction)")
     ap.add_argument("--test", choices=("wilcoxon", "bootstrap", "ttest"), default="wilcoxon",
                     help="the paired test that decides significance (all three p-values are printed)")
@@ -54,9 +64,14 @@ def main(argv: list[str] | None = None) -> None:
     if not runs and not failed:
         raise SystemExit(f"no results.json under {', '.join(map(str, args.dirs))}")
     by, metrics = args.by.split(","), args.metrics.split(",")
+    if args.select_on_dev:
+        runs, chosen = select_on_dev(runs, args.select_on_dev, by)
+        print(f"Chosen on dev ({args.select_on_dev}):\n" + "\n".join(f"- {c}" for c in chosen) + "\n")
     print(summary_table(runs, by, metrics, args.resamples, args.seed))
     for note in mixed_settings(runs, by):
         print(f"\n{note}")
+    if args.average_over:
+        print("\n" + corpus_average_table(runs, by, metrics[0], args.average_over, args.resamples, args.seed))
     if args.baseline:
         print(f"\nPaired comparisons against {args.baseline} (pairs = same partition sentences and init seed):\n")
         found = comparisons(runs, by, metrics, args.baseline, args.resamples, args.seed, args.test)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-RESULT_KEYS = ("test.", "dev.", "training_set.", "partition.", "throughput.", "compute.", "grid.")
+RESULT_KEYS = ("test.", "test_aux.", "dev.", "training_set.", "partition.", "throughput.", "compute.", "grid.")
 RESULT_VALUES = ("best_epoch", "epochs", "global_steps", "wall_time_s", "dev_monitor")
 
 
@@ -34,10 +34,10 @@ def load_trials(dirs: list[Path]) -> list[dict]:
 
 
 def lookup(run: dict, key: str):
-    """``loss``/``model``/``dataset``: the group option chosen; ``test.…``, ``dev.…``,
+    """``loss``/``model``/``dataset``/``multitask``: the group option chosen; ``test.…``, ``dev.…``,
     ``compute.…``, ``best_epoch`` …: a path into results.json; anything else: a path into the
     resolved config."""
-    if key in ("loss", "model", "dataset"):
+    if key in ("loss", "model", "dataset", "multitask"):
         if run.get("grid", {}).get(key) is not None:
             return run["grid"][key]
         for o in run.get("overrides", []):
@@ -53,7 +53,7 @@ def lookup(run: dict, key: str):
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
-    return node
+    return ",".join(map(str, node)) if isinstance(node, list) else node  # aux=[a,b] -> "a,b": a row key
 
 
 def sort_key(key: tuple) -> list:
@@ -94,3 +94,26 @@ def mixed_settings(runs: list[dict], by: list[str], keys=("data.label_scheme", "
             notes.append(f"note: runs differ in {key} ({', '.join(values)}) — add it to --by; "
                          "rows with different values are not comparable")
     return notes
+
+
+def select_on_dev(runs: list[dict], key: str, by: list[str]) -> tuple[list[dict], list[str]]:
+    """Among runs that differ only in ``key`` (same ``by`` row without ``key``, same partition
+    and initialisation), keep the one with the best dev ``monitor`` value — e.g. SingleAux's
+    auxiliary corpus chosen on main dev (MUNCHABLES §4.1), never on test. Runs without ``key``
+    stay. Returns the kept runs and one line per choice."""
+    groups: dict[tuple, list[dict]] = {}
+    kept, notes = [], []
+    for r in runs:
+        if lookup(r, key) in (None, ""):
+            kept.append(r)
+            continue
+        ident = tuple(str(lookup(r, k)) for k in by if k != key) + (partition_label(r), str(pair_id(r)[1]))
+        groups.setdefault(ident, []).append(r)
+    for ident, rs in groups.items():
+        best = max(rs, key=lambda r: (r.get("dev_monitor") is not None, r.get("dev_monitor") or 0.0))
+        kept.append(best)
+        if len(rs) > 1:
+            scores = ", ".join(f"{lookup(r, key)} {r.get('dev_monitor') or float('nan'):.4f}" for r in rs)
+            notes.append(f"{' '.join(ident[:-2])} partition {ident[-2]}: {key}={lookup(best, key)} chosen on dev "
+                         f"({scores})")
+    return kept, notes

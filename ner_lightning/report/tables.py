@@ -169,3 +169,36 @@ def paper_table(runs: list[dict], method_key: str, column_key: str, metric: str,
              "|" + "---|" * (len(columns) + 1)]
     lines += ["| " + " | ".join([m] + [cell(m, c) for c in columns]) + " |" for m in methods]
     return "\n".join(lines)
+
+
+def corpus_average_table(runs: list[dict], by: list[str], metric: str, over: str, resamples: int, seed: int) -> str:
+    """Averages over main corpora (``over``, e.g. ``dataset``), the MUNCHABLES paper's Table 2 MA./MI.
+    AVG. columns: per row (``by`` without ``over``) and partition index, the macro average is the
+    mean of ``metric`` over the corpora and the micro average pools their span counts (``metric``
+    ``<split>.micro.f1``); then mean ± bootstrap SE [95 % CI] over the partitions that have every
+    corpus."""
+    rest = [k for k in by if k != over]
+    corpora = sorted({str(lookup(r, over)) for r in runs})
+    head = rest + [f"macro avg of {metric}", f"micro avg (pooled counts)", "n", "partitions left out"]
+    out = [f"Averages over {over} = {', '.join(corpora)}:\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    micro = metric.endswith(".micro.f1")
+    for key, rs in group(runs, rest).items():
+        by_part: dict[str, dict[str, dict]] = {}
+        for r in rs:
+            by_part.setdefault(partition_label(r), {})[str(lookup(r, over))] = r
+        macro_v, micro_v, partial = [], [], []
+        for part, per in sorted(by_part.items()):
+            if set(per) != set(corpora):
+                partial.append(part)
+                continue
+            macro_v.append(statistics.fmean(lookup(r, metric) for r in per.values()))
+            if micro:
+                base = metric[: -len(".f1")]
+                c, p, g = (sum(lookup(r, f"{base}.{n}") or 0 for r in per.values()) for n in ("correct", "predicted", "support"))
+                micro_v.append(2 * c / (p + g) if p + g else 0.0)
+        cells = []
+        for vals in (macro_v, micro_v if micro else []):
+            e = bootstrap_mean(vals, resamples, seed)
+            cells.append("–" if e.n == 0 else f"{_num(e.mean)} ± {_num(e.se)} [{_num(e.low)}, {_num(e.high)}]")
+        out.append("| " + " | ".join(list(key) + cells + [str(len(macro_v)), ",".join(partial) or "–"]) + " |")
+    return "\n".join(out)
