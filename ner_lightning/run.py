@@ -8,6 +8,7 @@ cells still run; Hydra reports the failure when the sweep ends.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import statistics
@@ -204,6 +205,52 @@ def tune(cfg: DictConfig, cell: dict | None = None) -> float:
     return mean
 
 
+def singleaux_candidates(cfg: DictConfig) -> list[str]:
+    """The auxiliaries a SingleAux cell chooses from (``multitask=singleaux`` with several ``aux``)."""
+    if OmegaConf.select(cfg, "data.scheme") != "singleaux":
+        return []
+    names = [a for a in cfg.aux or [] if a != cfg.dataset.name]
+    return names if len(names) > 1 else []
+
+
+def singleaux(cfg: DictConfig, cell: dict | None = None) -> dict:
+    """SingleAux as the MUNCHABLES paper runs it (§4.1): one auxiliary-learning run per auxiliary
+    (``aux_<name>/candidate.json``), and the one with the best main-dev ``monitor`` is the cell's
+    result — chosen on dev, never on test. A rerun keeps the candidates already finished."""
+    out_dir = Path(cfg.paths.output_dir)
+    cell = cell or {}
+    done = {}
+    for name in singleaux_candidates(cfg):
+        sub = out_dir / f"aux_{name}"
+        record = sub / "candidate.json"
+        if record.exists():
+            previous = json.loads(record.read_text())
+            if previous.get("config_sha256") == cell.get("config_sha256"):
+                done[name] = previous
+                continue
+        run = copy.deepcopy(cfg)
+        with open_dict(run):
+            run.aux = [name]
+            run.paths.output_dir = str(sub)
+        last = sub / "checkpoints" / "last.ckpt"
+        result = train(run, resume=last if last.exists() else None,
+                       cell={**cell, "prefix": f"{cell.get('prefix', 'run')} SingleAux {name}"})
+        (sub / "results.json").replace(record)  # a candidate, not a cell of the grid
+        done[name] = result
+        _finish_wandb()
+    best = max(done, key=lambda n: done[n]["dev_monitor"])
+    results = {**done[best], "overrides": _overrides(), "config": OmegaConf.to_container(cfg, resolve=True),
+               "grid": grid_keys(cfg, _overrides()),
+               "finished": cells.now(), "wall_time_s": round(sum(r["wall_time_s"] for r in done.values()), 2),
+               "singleaux": {"chosen": best, "monitor": cfg.monitor,
+                             "dev_monitor": {n: r["dev_monitor"] for n, r in done.items()},
+                             "candidates": {n: f"aux_{n}/candidate.json" for n in done}}}
+    write_json_atomic(out_dir / "results.json", results)
+    log.info("%s | SingleAux: %s chosen on dev %s (%s)", cell.get("prefix", "run"), best, cfg.monitor,
+             ", ".join(f"{n} {r['dev_monitor']:.4f}" for n, r in done.items()))
+    return results
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Runs one cell; returns its best dev ``monitor`` value — never a test score — for sweepers
@@ -227,6 +274,8 @@ def main(cfg: DictConfig) -> float | None:
         cell = {"prefix": prefix, "config_sha256": sha, "device": device}
         if cfg.get("tune_partitions"):
             return tune(cfg, cell)
+        if singleaux_candidates(cfg):
+            return singleaux(cfg, cell)["dev_monitor"]
         return train(cfg, resume=resume, cell=cell)["dev_monitor"]
     except BaseException as err:
         trainer = _running.get("trainer")

@@ -12,6 +12,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from ner_lightning.data.corpus import LabelSet
+from ner_lightning.data.multi_corpus import singleaux_dev_scores
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule, extract
 from ner_lightning.run import build_module, train
 from tests.conftest import write_tsv
@@ -358,3 +359,34 @@ def test_paper_schedule_anneals_and_ends_the_run_in_lightning(multi_cfg):
     results = train(cfg)
     # lr 0.1 until the main loss fails to improve once, then 0.01 < 0.05: the run ends there
     assert 2 <= results["epochs"] < 30
+
+
+def test_singleaux_cell_trains_one_run_per_auxiliary_and_keeps_the_best_on_dev(multi_cfg, monkeypatch):
+    import ner_lightning.run as run_module
+
+    cfg = multi_cfg("multitask=singleaux")
+    dev = {"bc2gm": 0.2, "linnaeus": 0.7}
+    real_train, calls = run_module.train, []
+
+    def train(run, resume=None, cell=None):
+        (name,) = run.aux
+        calls.append(name)
+        result = real_train(run, resume=resume, cell=cell)
+        result["dev_monitor"] = dev[name]  # the choice must follow dev, whatever the test scores
+        (Path(run.paths.output_dir) / "results.json").write_text(json.dumps(result, default=str))
+        return result
+
+    monkeypatch.setattr(run_module, "train", train)
+    results = run_module.singleaux(cfg, {"config_sha256": "abc"})
+    out = Path(cfg.paths.output_dir)
+    assert calls == ["bc2gm", "linnaeus"]
+    assert results["singleaux"]["chosen"] == "linnaeus" and results["singleaux"]["dev_monitor"] == dev
+    chosen = json.loads((out / "aux_linnaeus" / "candidate.json").read_text())
+    assert results["test"] == chosen["test"] and set(results["test_aux"]) == {"linnaeus"}
+    assert not (out / "aux_bc2gm" / "results.json").exists()  # candidates are not cells of the grid
+    assert json.loads((out / "results.json").read_text())["config"]["aux"] == ["bc2gm", "linnaeus"]
+    run_module.singleaux(cfg, {"config_sha256": "abc"})  # a rerun reuses finished candidates
+    assert calls == ["bc2gm", "linnaeus"]
+    run_module.singleaux(cfg, {"config_sha256": "changed"})  # another config retrains them
+    assert calls == ["bc2gm", "linnaeus"] * 2
+    assert singleaux_dev_scores([out], "toy", 8, 0, 42) == dev  # what the *_sort schemes read

@@ -231,3 +231,22 @@ def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):
     assert proc.returncode != 0 and "could not start" in out
     assert "2 cells — 2 ran, 1 failed" in out
     assert len(list(sweep.glob("1_*/**/results.json"))) == 1
+
+
+def test_multi_corpus_schemes_run_in_one_grid(requires_real_data, tmp_path):
+    """`-m multitask=singletask,singleaux,munch_iter,munch_stack` with auxiliaries on the real
+    biomedical corpora (tiny encoder): every cell ends, the main partition is the same sentences
+    in each, SingleAux chose its auxiliary on dev, auxiliaries' tests are scored."""
+    proc = run_cli(["-m", "multitask=singletask,singleaux,munch_iter,munch_stack", "dataset=ncbi_disease", "size=20",
+                    "aux=[bc2gm,linnaeus]", "aux_size=16", "aux_test_size=40", "loss=crf", "model=tiny", "trainer=cpu",
+                    "trainer.max_epochs=2", "trainer.min_epochs=1", "++callbacks.aux_phases.max_epochs=1",
+                    "logger=csv", "data.dev_size=60"], tmp_path, requires_real_data)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {r["grid"]["multitask"]: r for r in (json.loads((d / "results.json").read_text()) for d in job_dirs(tmp_path))}
+    assert set(results) == {"singletask", "singleaux", "munch_iter", "munch_stack"}
+    assert len({r["partition"]["sha256"] for r in results.values()}) == 1
+    assert results["singletask"]["test_aux"] is None
+    assert set(results["munch_iter"]["test_aux"]) == {"bc2gm", "linnaeus"}
+    chosen = results["singleaux"]["singleaux"]
+    assert chosen["dev_monitor"][chosen["chosen"]] == max(chosen["dev_monitor"].values())
+    assert [p["epochs"] for p in results["munch_stack"]["phases"]] == [1, 1]

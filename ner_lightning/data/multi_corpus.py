@@ -206,18 +206,19 @@ def load_auxiliary(name: str, data_dir: str) -> Corpus:
 
 def singleaux_dev_scores(dirs: list[Path], dataset: str, size, partition: int, seed: int) -> dict[str, float]:
     """Best main-dev monitor value of each SingleAux run (one auxiliary) of this main corpus, size,
-    partition and seed found under ``dirs`` (``results.json`` files)."""
+    partition and seed found under ``dirs`` (``results.json`` of one-auxiliary cells, or the
+    ``candidate.json`` files of SingleAux cells that chose among several)."""
     scores: dict[str, float] = {}
     for d in dirs:
         if not d.is_dir():
             raise FileNotFoundError(f"aux_sort_from: {d} is not a folder (a SingleAux sweep folder)")
-        for path in sorted(d.rglob("results.json")):
+        for path in sorted([*d.rglob("results.json"), *d.rglob("candidate.json")]):
             run = json.loads(path.read_text())
             cfg = run.get("config", {})
             data = cfg.get("data", {})
-            if (data.get("scheme") != "singleaux" or cfg.get("dataset", {}).get("name") != dataset
+            if (data.get("scheme") != "singleaux" or len(data.get("auxiliaries") or []) != 1
+                    or cfg.get("dataset", {}).get("name") != dataset
                     or str(cfg.get("size")) != str(size) or cfg.get("partition") != partition or cfg.get("seed") != seed):
                 continue
-            (aux,) = data["auxiliaries"]
-            scores[aux] = run["dev_monitor"]
+            scores[data["auxiliaries"][0]] = run["dev_monitor"]
     return scores

@@ -33,8 +33,8 @@ def check_scheme(scheme: str, n_aux: int) -> None:
     if scheme not in SCHEMES:
         raise ValueError(f"multitask scheme must be one of {SCHEMES}, got {scheme!r}")
     if scheme == "singleaux" and n_aux != 1:
-        raise ValueError(f"multitask=singleaux trains with exactly one auxiliary corpus, got aux of length {n_aux}: "
-                         "sweep aux=[bc2gm],[linnaeus],... and pick the best on main dev with the report")
+        raise ValueError(f"SingleAux trains with exactly one auxiliary corpus, got {n_aux} (a multitask=singleaux "
+                         "cell with several in aux trains one run per auxiliary and keeps the best on main dev)")
     if scheme not in ("singletask", "singleaux") and n_aux < 1:
         raise ValueError(f"multitask={scheme} needs auxiliary corpora: aux=[name,...] (conf/dataset names)")
 
