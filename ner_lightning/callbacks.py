@@ -136,8 +136,10 @@ class AnnealOnPlateau(pl.Callback):
         self.best, self.bad_epochs, self.scale, self.converged = None, 0, 1.0, False
         _restart_schedule(trainer)
 
-    def lowest_lr(self, trainer) -> float:
-        return min(g["lr"] for opt in trainer.optimizers for g in opt.param_groups)
+    def learning_rate(self, trainer) -> float:
+        """The largest learning rate of any parameter group (the paper's one rate; with a smaller
+        encoder rate, training ends when the heads' rate falls below ``min_lr``)."""
+        return max(g["lr"] for opt in trainer.optimizers for g in opt.param_groups)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         loss = _epoch_main_loss(pl_module)
@@ -151,9 +153,9 @@ class AnnealOnPlateau(pl.Callback):
             self.scale *= self.factor
             self.bad_epochs = 0
             _restart_schedule(trainer)  # applies the new multiplier
-            log.info("epoch %d: main loss has not improved for %d epochs, learning rate x%g (lowest group %.2e)",
-                     trainer.current_epoch, self.patience, self.factor, self.lowest_lr(trainer))
-        self.converged = self.lowest_lr(trainer) < self.min_lr
+            log.info("epoch %d: main loss has not improved for %d epochs, learning rate x%g (now %.2e)",
+                     trainer.current_epoch, self.patience, self.factor, self.learning_rate(trainer))
+        self.converged = self.learning_rate(trainer) < self.min_lr
         if self.converged and not any(isinstance(c, AuxiliaryPhases) for c in trainer.callbacks):
             log.info("learning rate below %g: training ends", self.min_lr)
             trainer.should_stop = True
@@ -212,7 +214,7 @@ class AuxiliaryPhases(pl.Callback):
     def converged(self, trainer, pl_module) -> str | None:
         """Why the current phase has converged, or None."""
         anneal = next((c for c in trainer.callbacks if isinstance(c, AnnealOnPlateau)), None)
-        if anneal is not None and anneal.lowest_lr(trainer) < anneal.min_lr:
+        if anneal is not None and anneal.learning_rate(trainer) < anneal.min_lr:
             return f"learning rate below {anneal.min_lr}"
         if self.epochs_in_phase >= self.max_epochs:
             return f"{self.max_epochs} epochs"
