@@ -317,6 +317,8 @@ def _summarise_wandb(loggers: list, results: dict) -> None:
     for split, stage in (("dev", "best_val"), ("test", "test")):
         if results[split]:
             summary.update(flat_scores(results[split], stage))
+    for corpus, scores in (results.get("test_aux") or {}).items():  # auxiliary corpora's own heads
+        summary.update(flat_scores(scores, f"test_aux/{corpus}"))
     for lg in loggers:
         if isinstance(lg, WandbLogger):
             lg.experiment.summary.update(summary)
