@@ -390,3 +390,21 @@ def test_singleaux_cell_trains_one_run_per_auxiliary_and_keeps_the_best_on_dev(m
     run_module.singleaux(cfg, {"config_sha256": "changed"})  # another config retrains them
     assert calls == ["bc2gm", "linnaeus"] * 2
     assert singleaux_dev_scores([out], "toy", 8, 0, 42) == dev  # what the *_sort schemes read
+
+
+def test_lightning_epochs_reach_the_schedule(multi_cfg, monkeypatch):
+    """In a real fit, MUNCH-Iter's auxiliary batches come from auxiliary ``epoch mod M`` and
+    alternate with main batches (Lightning passes the epoch to the batch sampler)."""
+    from ner_lightning.models.heads import HeadModule
+
+    seen, real = [], HeadModule.training_loss
+
+    def record(self, batch):
+        seen.append((self.current_epoch, sorted(set(batch["corpus"].tolist()))))
+        return real(self, batch)
+
+    monkeypatch.setattr(HeadModule, "training_loss", record)
+    train(multi_cfg("multitask=munch_iter", "data.aux_order=listed", "trainer.max_epochs=3", "trainer.min_epochs=3",
+                    "data.batch_size=4"))
+    # main: 8 sentences -> 2 batches an epoch, each after an auxiliary batch
+    assert seen == [(e, c) for e in range(3) for c in ([1 + e % 2], [0]) * 2]

@@ -143,3 +143,25 @@ def test_length_grouping_sorts_within_windows_and_cuts_padding():
     assert _padded(grouped, lengths) < 0.8 * _padded(random_batches, lengths)
     single = list(LengthGroupedBatchSampler(lengths, batch_size=8, seed=1, window=1))
     assert _padded(single, lengths) > 0.9 * _padded(random_batches, lengths)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_every_epoch_of_a_real_fit_gets_new_batches(toy_cfg, monkeypatch, grouped):
+    """Lightning sets the epoch on ``sampler`` / ``batch_sampler.sampler`` only: the length-grouped
+    batch sampler must receive it too (it did not before session 7, so every epoch of a
+    ``data.group_by_length=true`` run trained on epoch 0's batches in epoch 0's order)."""
+    from ner_lightning.models.token_classification import TokenClassificationModule
+    from ner_lightning.run import train
+
+    seen, real = {}, TokenClassificationModule.training_loss
+
+    def record(self, batch):
+        seen.setdefault(self.current_epoch, []).append(tuple(batch["sentence_index"].tolist()))
+        return real(self, batch)
+
+    monkeypatch.setattr(TokenClassificationModule, "training_loss", record)
+    train(toy_cfg("size=16", "data.batch_size=4", f"data.group_by_length={str(grouped).lower()}",
+                  "trainer.max_epochs=3", "trainer.min_epochs=3"))
+    assert len(seen) == 3 and len({tuple(v) for v in seen.values()}) == 3
+    for batches in seen.values():
+        assert sorted(i for b in batches for i in b) == list(range(16))

@@ -36,6 +36,18 @@ class EpochShuffleSampler(Sampler[int]):
         yield from partition_rng("train-order", self.seed, self.epoch).permutation(self.n).tolist()
 
 
+class EpochForwarding:
+    """Lightning sets the epoch on a loader's ``sampler`` and ``batch_sampler.sampler`` only
+    (lightning_fabric ``_set_sampler_epoch``), never on a batch sampler itself: a batch sampler
+    whose batches depend on the epoch exposes one of these as its ``sampler``."""
+
+    def __init__(self, batch_sampler):
+        self.batch_sampler = batch_sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+
 class LengthGroupedBatchSampler(Sampler[list[int]]):
     """Random batches of similar length (Hugging Face's ``LengthGroupedSampler``), reproducible
     from (``seed``, epoch).
@@ -53,6 +65,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         self.batch_size = batch_size
         self.window = window if window is not None else max(1, min(len(self.lengths) // (4 * batch_size), 50))
         self.seed, self.epoch = seed, 0
+        self.sampler = EpochForwarding(self)  # so Lightning's set_epoch reaches us
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from ner_lightning.data.alignment import collate_features
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
-from ner_lightning.data.datamodule import LowResourceDataModule
+from ner_lightning.data.datamodule import EpochForwarding, LowResourceDataModule
 from ner_lightning.data.sampling import sample_partition
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule
 
@@ -39,6 +39,7 @@ class ScheduleSampler(Sampler[list[int]]):
 
     def __init__(self, datamodule: "MultiCorpusDataModule"):
         self.dm, self.epoch = datamodule, 0
+        self.sampler = EpochForwarding(self)  # so Lightning's set_epoch reaches us
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
