@@ -10,7 +10,8 @@ Every family's parameters fall in two groups: the pretrained encoder at the opti
 learning rate and everything trained from scratch (heads, CRF transitions, BiLSTM) at one
 ``head_lr``, so no family gets a head learning rate another does not. Evaluation collects
 the word predictions of every chunk, reassembles whole sentences and scores them with seqeval
-(strict and lenient modes) against the full gold word sequences of the split.
+(strict and lenient modes) against the full gold word sequences of the split — in a
+multi-corpus run (``models/heads.py``), each auxiliary corpus's test set with its own head too.
 """
 from __future__ import annotations
 
@@ -252,6 +253,10 @@ class NERModule(pl.LightningModule):
             aux = span_scores(gold, self.predicted_tags(collected[c], gold, f"{stage} {name}", self.id2label_of(name)))
             self.aux_scores[name] = aux
             self.log(f"{stage}_aux/{name}/f1", aux["micro"]["f1"])
+
+    def id2label_of(self, corpus: str) -> dict[int, str]:
+        """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""
+        return self.id2label
 
     def predicted_tags(self, collected: list, gold: list[list[str]], stage: str,
                        id2label: dict[int, str] | None = None) -> list[list[str]]:
