@@ -270,13 +270,15 @@ class LowResourceDataModule(pl.LightningDataModule):
             collate_fn=self._collate(), num_workers=self.num_workers,
         )
 
+    def sorted_batches(self, items: list, collate, length=lambda f: len(f.input_ids)) -> list[dict]:
+        """Evaluation batches: ``items`` sorted by length, cut at ``eval_batch_size``, collated once."""
+        items = sorted(items, key=length)
+        return [collate(items[i : i + self.eval_batch_size]) for i in range(0, len(items), self.eval_batch_size)]
+
     def _eval_loader(self, split: str) -> DataLoader:
         """Batches sorted by length, padded once per split and reused by every evaluation."""
         if split not in self._eval_batches:
-            feats = sorted(self.features[split], key=lambda f: len(f.input_ids))
-            collate = self._collate()
-            self._eval_batches[split] = [collate(feats[i : i + self.eval_batch_size])
-                                         for i in range(0, len(feats), self.eval_batch_size)]
+            self._eval_batches[split] = self.sorted_batches(self.features[split], self._collate())
         return DataLoader(self._eval_batches[split], batch_size=None, shuffle=False)
 
     def val_dataloader(self) -> DataLoader:

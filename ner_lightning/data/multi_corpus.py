@@ -181,9 +181,8 @@ class MultiCorpusDataModule(LowResourceDataModule):
             batches = list(self._eval_loader("test"))
             collate = functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id)
             for c, name in enumerate(self.aux_names, start=1):
-                feats = sorted(self.aux_features[name]["test"], key=lambda f: len(f.input_ids))
-                batches += [collate([(c, f) for f in feats[i : i + self.eval_batch_size]])
-                            for i in range(0, len(feats), self.eval_batch_size)]
+                batches += self.sorted_batches([(c, f) for f in self.aux_features[name]["test"]], collate,
+                                               length=lambda item: len(item[1].input_ids))
             self._eval_batches["test+aux"] = batches
         return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False)
 

@@ -116,7 +116,7 @@ class HeadModule(NERModule):
         self.corpus_names = list(corpora)
         self.label_sets = corpora
         self.heads = nn.ModuleDict({name: make_head(ls) for name, ls in corpora.items()})
-        self.epoch_losses: dict[str, list[float]] = {}
+        self.epoch_losses: dict[str, list[torch.Tensor]] = {}
 
     @property
     def head(self) -> nn.Module:
@@ -155,9 +155,7 @@ class HeadModule(NERModule):
                 loss = self.heads[name].loss(states[rows], labels[rows], mask[rows])
                 share = float(rows.sum()) / rows.numel()
             total = total + share * loss
-            acc = self.epoch_losses.setdefault(name, [0.0, 0])
-            acc[0] += float(loss.detach())
-            acc[1] += 1
+            self.epoch_losses.setdefault(name, []).append(loss.detach())  # no host sync per step
         return total
 
     def decode(self, batch: dict) -> list[list[int]]:
@@ -175,8 +173,8 @@ class HeadModule(NERModule):
 
     def epoch_loss(self, corpus: str = MAIN) -> float | None:
         """Mean training loss of ``corpus``'s batches in the current (or just finished) epoch."""
-        total, n = self.epoch_losses.get(corpus, (0.0, 0))
-        return total / n if n else None
+        losses = self.epoch_losses.get(corpus)
+        return float(torch.stack(losses).mean()) if losses else None
 
     def on_train_epoch_end(self) -> None:
         if len(self.corpus_names) > 1:
