@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning.callbacks import AuxiliaryPhases, TokenThroughput
+from ner_lightning.hardware import trainer_precision
 from ner_lightning.results import best_epoch, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells, devices
 
@@ -88,7 +89,8 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
 
     callbacks = _instantiate_group(cfg.get("callbacks"))
     loggers = _instantiate_group(cfg.get("logger"))
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    precision = trainer_precision(cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins")))
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **precision)
     grid = grid_keys(cfg, _overrides())
     for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
         lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})

@@ -100,10 +100,47 @@ def test_mixed_precision_runs_the_encoder_in_bf16_and_everything_after_it_in_fp3
     assert results["precision"] == {"train": "bf16-mixed", "eval": "bf16-mixed"}
 
 
-def test_fused_adamw_only_in_full_precision(tmp_path):
-    """Lightning refuses gradient clipping with a fused optimizer under mixed precision."""
+def test_fused_adamw_except_under_fp16_loss_scaling(tmp_path):
+    """fp16 loss scaling unscales gradients before clipping, which a fused optimizer cannot
+    leave to Lightning; fp32 and bf16 (no scaler) get the fused kernel."""
     from ner_lightning.config import compose_config
 
-    assert compose_config([], tmp_path).optimizer.fused is True
-    assert compose_config(["trainer.precision=bf16-mixed"], tmp_path).optimizer.fused is False
+    assert compose_config(["trainer.precision=32-true"], tmp_path).optimizer.fused is True
+    assert compose_config(["trainer.precision=bf16-mixed"], tmp_path).optimizer.fused is True
     assert compose_config(["trainer.precision=16-mixed"], tmp_path).optimizer.fused is False
+
+
+def test_bf16_training_clips_the_gradients_of_the_fused_adamw(toy_cfg, monkeypatch):
+    """Lightning's own bf16-mixed plugin raises here ("does not allow for gradient clipping");
+    :class:`hardware.BF16Mixed` clips as in fp32."""
+    import torch
+
+    from ner_lightning.run import train
+
+    norms = []
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def spy(parameters, max_norm, *args, **kwargs):
+        parameters = list(parameters)
+        total = clip(parameters, max_norm, *args, **kwargs)
+        norms.append((float(total), float(torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in parameters if p.grad is not None]))), max_norm))
+        return total
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    fused = []
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, _step=torch.optim.AdamW.step, **k: (
+        fused.append(self.defaults["fused"]), _step(self, *a, **k))[1])
+    results = train(toy_cfg("trainer.precision=bf16-mixed", "trainer.gradient_clip_val=1e-3", "trainer.max_epochs=1"))
+    assert results["precision"]["train"] == "bf16-mixed"
+    assert fused and all(fused)
+    assert norms and all(after <= max_norm * 1.01 < before for before, after, max_norm in norms)
+
+
+def test_trainer_precision_passes_other_names_through():
+    from ner_lightning.hardware import BF16Mixed, trainer_precision
+
+    assert trainer_precision("32-true", "cpu") == {"precision": "32-true", "plugins": None}
+    assert trainer_precision("16-mixed", "cpu") == {"precision": "16-mixed", "plugins": None}
+    args = trainer_precision("bf16-mixed", "cpu")
+    assert args["precision"] is None and [type(p) for p in args["plugins"]] == [BF16Mixed]
