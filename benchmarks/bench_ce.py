@@ -58,12 +58,24 @@ def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=lr)
 
 
-def limits(cfg, max_eval_tokens: int) -> dict:
+def _best_pass(run_pass, passes: int) -> float:
+    """Tokens/s of the fastest of ``passes`` timed passes (``run_pass()`` returns its token count):
+    a limit is what the hardware can do, so noise from a busy VM should not lower it."""
+    best = 0.0
+    for _ in range(passes):
+        t = time.perf_counter()
+        n = run_pass()
+        best = max(best, n / (time.perf_counter() - t))
+    return best
+
+
+def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
     """Raw encoder tokens/s in ideal batches, per precision: ``{"eval": {fp32, bf16}, "train": …}``.
 
     Eval: both precisions on every k-th sorted test batch (``max_eval_tokens``), then the
     faster one over the whole test split (what the cells evaluate), which is the limit.
-    Train: one pass over the sorted training partition per precision, with the fused AdamW."""
+    Train: passes over the sorted training partition per precision, with the fused AdamW.
+    Every figure is the fastest of ``passes`` passes, after one warm-up batch."""
     from ner_lightning.models.encoder import TransformerEncoder
 
     encoder: TransformerEncoder = instantiate(cfg.model)
@@ -75,18 +87,21 @@ def limits(cfg, max_eval_tokens: int) -> dict:
     stride = max(1, -(-total // max_eval_tokens))  # every k-th batch: the whole length range
     eval_batches = test[::stride]
     train_batches = _sorted_batches(dm.features["train"], cfg.data.batch_size, pad)
-    out = {"eval": {}, "train": {}, "eval_sample_tokens": sum(int(b["attention_mask"].sum()) for b in eval_batches)}
+    out = {"eval": {}, "train": {}, "passes": passes,
+           "eval_sample_tokens": sum(int(b["attention_mask"].sum()) for b in eval_batches)}
     state = {k: v.clone() for k, v in encoder.state_dict().items()}
+
+    def forward_pass(batches) -> int:
+        for b in batches:
+            encoder(b["input_ids"], b["attention_mask"])
+        return sum(int(b["attention_mask"].sum()) for b in batches)
+
     for precision in ("fp32", "bf16"):
         encoder.load_state_dict(state)
         encoder.eval()
         with torch.inference_mode(), _autocast(precision):
             encoder(eval_batches[0]["input_ids"], eval_batches[0]["attention_mask"])  # warm-up
-            t, n = time.perf_counter(), 0
-            for b in eval_batches:
-                encoder(b["input_ids"], b["attention_mask"])
-                n += int(b["attention_mask"].sum())
-            out["eval"][precision] = n / (time.perf_counter() - t)
+            out["eval"][precision] = _best_pass(lambda: forward_pass(eval_batches), passes)
         encoder.train()
         head = torch.nn.Linear(encoder.hidden_size, len(dm.label_set))
         opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=cfg.optimizer.lr)
@@ -100,23 +115,16 @@ def limits(cfg, max_eval_tokens: int) -> dict:
             torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
             opt.step()
             opt.zero_grad()
+            return int(b["attention_mask"].sum())
 
         step(train_batches[0])  # warm-up
-        t, n = time.perf_counter(), 0
-        for b in train_batches:
-            step(b)
-            n += int(b["attention_mask"].sum())
-        out["train"][precision] = n / (time.perf_counter() - t)
+        out["train"][precision] = _best_pass(lambda: sum(step(b) for b in train_batches), passes)
     best = max(out["eval"], key=out["eval"].get)
     encoder.load_state_dict(state)
     encoder.eval()
+    out["eval_sample"] = dict(out["eval"])
     with torch.inference_mode(), _autocast(best):
-        t, n = time.perf_counter(), 0
-        for b in test:
-            encoder(b["input_ids"], b["attention_mask"])
-            n += int(b["attention_mask"].sum())
-        out["eval_sample"] = dict(out["eval"])
-        out["eval"][best] = n / (time.perf_counter() - t)
+        out["eval"][best] = _best_pass(lambda: forward_pass(test), passes)
     return out
 
 
@@ -254,6 +262,7 @@ def main() -> None:
     ap.add_argument("--dataset", default="conll2003")
     ap.add_argument("--model", default="minilm")
     ap.add_argument("--limit-tokens", type=int, default=20000, help="test tokens the eval limit is measured on")
+    ap.add_argument("--limit-passes", type=int, default=3, help="timed passes per limit; the fastest counts")
     ap.add_argument("--skip", default="", help="comma list of plain,hf_trainer to leave out")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
@@ -271,7 +280,7 @@ def main() -> None:
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
           f"{torch.get_num_threads()} threads; native precision here: {auto} ({why})", flush=True)
 
-    lim = limits(cfg, args.limit_tokens)
+    lim = limits(cfg, args.limit_tokens, args.limit_passes)
     best = {k: max(v, key=v.get) for k, v in ((k, lim[k]) for k in ("eval", "train"))}
     print("limit eval : " + "  ".join(f"{p} {v:,.0f}" for p, v in lim["eval_sample"].items())
           + f" tok/s on {lim['eval_sample_tokens']:,} test tokens -> best {best['eval']}: "

@@ -33,7 +33,9 @@ def test_best_precision_resolver_follows_the_hardware(flags, tmp_path):
     assert compose_config(["trainer.precision=${best_precision:cpu}"], tmp_path).trainer.precision == "32-true"
     flags("avx512_bf16")
     assert compose_config(["trainer.precision=${best_precision:cpu}"], tmp_path).trainer.precision == "bf16-mixed"
-    assert compose_config([], tmp_path).trainer.precision == "32-true"  # training default: fp32 everywhere
+    assert compose_config([], tmp_path).trainer.precision == "bf16-mixed"  # the default follows the hardware
+    flags("avx2")
+    assert compose_config([], tmp_path).trainer.precision == "32-true"
 
 
 def _spy_linear_dtypes(monkeypatch) -> dict:

@@ -1,0 +1,56 @@
+"""Which evaluation batches make the encoder fastest: MiniLM forward over the whole CoNLL-2003
+dev split (the default job's 30 evaluations), sorted by length and cut at a number of sentences
+(``data.eval_batch_size``), at fp32 and bf16 autocast, the fastest of ``--passes`` passes.
+
+    python benchmarks/eval_batching.py [--sizes 16,32,64,128,256] [--passes 3]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_ce import _autocast, _best_pass, _sorted_batches  # noqa: E402
+
+from ner_lightning.config import compose_config  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="16,32,64,128,256")
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--passes", type=int, default=3)
+    args = ap.parse_args()
+    cfg = compose_config(["size=20"], Path(tempfile.mkdtemp()))
+    encoder = instantiate(cfg.model)
+    encoder.eval()
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    dm.setup("fit")
+    pad = encoder.tokenizer.pad_token_id
+    print(f"dev: {len(dm.features['dev'])} sentences, {torch.get_num_threads()} threads")
+    print(f"{'precision':>9}{'batch':>7}{'batches':>9}{'padding':>9}{'real tok/s':>12}")
+    for precision in args.precisions.split(","):
+        for size in map(int, args.sizes.split(",")):
+            batches = _sorted_batches(dm.features["dev"], size, pad)
+            real = sum(int(b["attention_mask"].sum()) for b in batches)
+            padded = sum(b["attention_mask"].numel() for b in batches)
+
+            def forward_pass() -> int:
+                for b in batches:
+                    encoder(b["input_ids"], b["attention_mask"])
+                return real
+
+            with torch.inference_mode(), _autocast(precision):
+                encoder(batches[0]["input_ids"], batches[0]["attention_mask"])  # warm-up
+                speed = _best_pass(forward_pass, args.passes)
+            print(f"{precision:>9}{size:7d}{len(batches):9d}{padded / real:9.2f}{speed:12,.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
