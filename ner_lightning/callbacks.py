@@ -15,7 +15,8 @@ class TokenThroughput(pl.Callback):
     """Times every train / eval batch and counts its real and padded sub-word tokens.
 
     ``summary()`` gives tokens/s over the time spent inside batches (data loading excluded)
-    and the padding overhead (padded / real tokens).
+    and the padding overhead: positions the encoder computes / real tokens (the padded batch,
+    or its packed rows under ``model.pack``).
     """
 
     STAGES = ("train", "eval")
@@ -29,24 +30,26 @@ class TokenThroughput(pl.Callback):
     def _start(self, *_args, **_kw) -> None:
         self._t0 = time.perf_counter()
 
-    def _end(self, stage: str, batch: dict) -> None:
+    def _end(self, stage: str, batch: dict, module: pl.LightningModule) -> None:
+        from ner_lightning.models.encoder import computed_positions
+
         self.seconds[stage] += time.perf_counter() - self._t0
         mask = batch["attention_mask"]
         self.tokens[stage] += int(mask.sum())
-        self.padded[stage] += mask.numel()
+        self.padded[stage] += computed_positions(mask, getattr(module.encoder, "pack", False))
 
     on_train_batch_start = _start
     on_validation_batch_start = _start
     on_test_batch_start = _start
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._end("train", batch)
+        self._end("train", batch, pl_module)
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._end("eval", batch)
+        self._end("eval", batch, pl_module)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._end("eval", batch)
+        self._end("eval", batch, pl_module)
 
     def summary(self) -> dict:
         out = {}

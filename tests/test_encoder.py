@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, DistilBertConfig, RobertaConfig, RobertaModel
 
-from ner_lightning.models.encoder import POSITION_OFFSET, TransformerEncoder, pack_batch
+from ner_lightning.models.encoder import POSITION_OFFSET, TransformerEncoder, computed_positions, pack_batch
 
 PAD = 0
 
@@ -32,6 +32,7 @@ def test_layout_by_hand():
     assert block[2] == [[1, 1, 0, 0]] * 2 + [[0, 0, 1, 1]] * 2
     assert packed.rows.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
     assert packed.cols.tolist() == [0, 1, 2, 3, 3, 0, 1, 2, 0, 1, 2, 3]
+    assert computed_positions(mask, pack=True) == 12 and computed_positions(mask, pack=False) == 20
 
 
 def test_padding_in_a_row_attends_to_itself_only():
@@ -92,6 +93,19 @@ def test_packed_encoder_in_a_family_gives_the_padded_scores(toy_cfg):
     padded_run = train(toy_cfg("model.pack=false"))
     assert packed["test"]["micro"]["predicted"] == padded_run["test"]["micro"]["predicted"]
     assert packed["dev_monitor"] == pytest.approx(padded_run["dev_monitor"], abs=1e-9)
+
+
+@pytest.mark.parametrize("pack, computed", [(True, 12), (False, 20)])
+def test_throughput_counts_the_positions_the_encoder_computes(pack, computed):
+    from types import SimpleNamespace
+
+    from ner_lightning.callbacks import TokenThroughput
+
+    _, mask = padded([4, 1, 3, 2, 2])
+    meter = TokenThroughput()
+    meter.on_train_batch_start()
+    meter.on_train_batch_end(None, SimpleNamespace(encoder=SimpleNamespace(pack=pack)), None, {"attention_mask": mask}, 0)
+    assert meter.summary()["train_padding_ratio"] == round(computed / 12, 3)
 
 
 def test_packing_an_encoder_type_without_known_positions_is_an_error(monkeypatch):

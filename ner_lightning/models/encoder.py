@@ -84,6 +84,29 @@ class PackedBatch(NamedTuple):
         return out
 
 
+def first_fit_rows(lengths: list[int]) -> tuple[list[int], list[int], int]:
+    """Row and start column of each sentence in rows as wide as the longest (first fit, longest
+    first), and the number of rows."""
+    capacity = max(lengths)
+    used: list[int] = []  # sub-words per row so far
+    row_of, start_of = [0] * len(lengths), [0] * len(lengths)
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        row = next((r for r, u in enumerate(used) if u + lengths[i] <= capacity), len(used))
+        if row == len(used):
+            used.append(0)
+        row_of[i], start_of[i] = row, used[row]
+        used[row] += lengths[i]
+    return row_of, start_of, len(used)
+
+
+def computed_positions(attention_mask: torch.Tensor, pack: bool) -> int:
+    """Sub-word positions the encoder computes for a batch: all of the padded batch, or the rows
+    of its packed form times their width."""
+    if not pack:
+        return attention_mask.numel()
+    return first_fit_rows(attention_mask.sum(1).tolist())[2] * attention_mask.size(1)
+
+
 def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
                position_offset: int = 0) -> PackedBatch:
     """Pack the sentences of a right-padded batch into rows as wide as its longest sentence
@@ -93,16 +116,7 @@ def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type
     half padding; length-sorted evaluation batches gain little."""
     real = attention_mask.bool()
     lengths = real.sum(1).tolist()
-    capacity = max(lengths)
-    used: list[int] = []  # sub-words per row so far; first fit, longest sentence first
-    row_of, start_of = [0] * len(lengths), [0] * len(lengths)
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        row = next((r for r, u in enumerate(used) if u + lengths[i] <= capacity), len(used))
-        if row == len(used):
-            used.append(0)
-        row_of[i], start_of[i] = row, used[row]
-        used[row] += lengths[i]
-    row = len(used) - 1
+    row_of, start_of, n_rows = first_fit_rows(lengths)
     counts = torch.tensor(lengths)
     positions = (real.cumsum(1) - 1)[real]  # each sub-word's position in its own sentence
     rows = torch.repeat_interleave(torch.tensor(row_of), counts)
@@ -110,7 +124,7 @@ def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type
     width = int(cols.max()) + 1
     device = input_ids.device
     rows, cols = rows.to(device), cols.to(device)
-    shape = (row + 1, width)
+    shape = (n_rows, width)
     ids = input_ids.new_zeros(shape)
     ids[rows, cols] = input_ids[real]
     position_ids = torch.zeros(shape, dtype=torch.long, device=device)
