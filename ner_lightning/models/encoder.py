@@ -117,20 +117,18 @@ def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type
     real = attention_mask.bool()
     lengths = real.sum(1).tolist()
     row_of, start_of, n_rows = first_fit_rows(lengths)
-    counts = torch.tensor(lengths)
-    positions = (real.cumsum(1) - 1)[real]  # each sub-word's position in its own sentence
-    rows = torch.repeat_interleave(torch.tensor(row_of), counts)
-    cols = torch.repeat_interleave(torch.tensor(start_of), counts) + positions
-    width = int(cols.max()) + 1
     device = input_ids.device
-    rows, cols = rows.to(device), cols.to(device)
-    shape = (n_rows, width)
+    counts = torch.tensor(lengths, device=device)
+    positions = (real.cumsum(1) - 1)[real]  # each sub-word's position in its own sentence
+    rows = torch.repeat_interleave(torch.tensor(row_of, device=device), counts)
+    cols = torch.repeat_interleave(torch.tensor(start_of, device=device), counts) + positions
+    shape = (n_rows, max(start + n for start, n in zip(start_of, lengths)))
     ids = input_ids.new_zeros(shape)
     ids[rows, cols] = input_ids[real]
     position_ids = torch.zeros(shape, dtype=torch.long, device=device)
     position_ids[rows, cols] = positions + position_offset
     sentence = torch.arange(shape[0] * shape[1], device=device).view(shape).neg() - 1  # padding: its own block
-    sentence[rows, cols] = torch.repeat_interleave(torch.arange(len(lengths), device=device), counts.to(device))
+    sentence[rows, cols] = torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)
     mask = (sentence.unsqueeze(2) == sentence.unsqueeze(1)).unsqueeze(1)  # (R, 1, L, L)
     inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids}
     if token_type_ids is not None:
