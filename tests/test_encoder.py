@@ -118,3 +118,27 @@ def test_packing_an_encoder_type_without_known_positions_is_an_error(monkeypatch
     with pytest.raises(ValueError, match="model.pack=true.*distilbert.*model.pack=false"):
         TransformerEncoder("some/distilbert", pack=True)
     assert TransformerEncoder("some/distilbert", pack=False).pack is False
+
+
+def test_packed_training_step_has_the_padded_gradients_when_dropout_is_off():
+    """With dropout off, a packed and a padded training step agree on every gradient: packing
+    changes nothing in training but which dropout masks are drawn."""
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+                      add_pooling_layer=False)
+    ids, mask = padded([5, 1, 9, 3, 12, 4, 2, 7])
+    real = mask.bool()
+    grads = {}
+    for pack in (False, True):
+        model.zero_grad()
+        if pack:
+            packed = pack_batch(ids, mask, None)
+            hidden = packed.unpack(model(**packed.inputs).last_hidden_state, ids.shape)
+        else:
+            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        (hidden[real] ** 2).sum().backward()
+        grads[pack] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert grads[True].keys() == grads[False].keys() and len(grads[True]) > 10
+    for name, grad in grads[False].items():
+        assert torch.allclose(grads[True][name], grad, atol=1e-4, rtol=1e-4), name
