@@ -58,6 +58,20 @@ def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=lr)
 
 
+def train_step(encoder, head, opt, precision: str, b: dict) -> int:
+    """One CE training step of the bare encoder + a linear head (fused AdamW, clipping 1.0);
+    returns the batch's real sub-words."""
+    with _autocast(precision):
+        hidden = encoder(b["input_ids"], b["attention_mask"])
+    logits = head(encoder.word_states(hidden.float(), b["word_starts"]))[b["word_mask"]]
+    gold = b["labels"].gather(1, b["word_starts"])[b["word_mask"]]
+    torch.nn.functional.cross_entropy(logits, gold).backward()
+    torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+    return int(b["attention_mask"].sum())
+
+
 def _best_pass(run_pass, passes: int) -> float:
     """Tokens/s of the fastest of ``passes`` timed passes (``run_pass()`` returns its token count):
     a limit is what the hardware can do, so noise from a busy VM should not lower it."""
@@ -107,15 +121,7 @@ def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
         opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=cfg.optimizer.lr)
 
         def step(b):
-            with _autocast(precision):
-                hidden = encoder(b["input_ids"], b["attention_mask"])
-            logits = head(encoder.word_states(hidden.float(), b["word_starts"]))[b["word_mask"]]
-            gold = b["labels"].gather(1, b["word_starts"])[b["word_mask"]]
-            torch.nn.functional.cross_entropy(logits, gold).backward()
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
-            return int(b["attention_mask"].sum())
+            return train_step(encoder, head, opt, precision, b)
 
         step(train_batches[0])  # warm-up
         out["train"][precision] = _best_pass(lambda: sum(step(b) for b in train_batches), passes)

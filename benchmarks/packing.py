@@ -17,7 +17,7 @@ import torch
 from hydra.utils import instantiate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_ce import _autocast, _fastest_adamw  # noqa: E402
+from bench_ce import _fastest_adamw, train_step  # noqa: E402
 
 from ner_lightning.config import compose_config  # noqa: E402
 from ner_lightning.hardware import precision_choice  # noqa: E402
@@ -43,14 +43,7 @@ def main() -> None:
     def epoch() -> float:
         t = time.perf_counter()
         for b in batches:
-            with _autocast(precision):
-                hidden = encoder(b["input_ids"], b["attention_mask"])
-            logits = head(encoder.word_states(hidden.float(), b["word_starts"]))[b["word_mask"]]
-            gold = b["labels"].gather(1, b["word_starts"])[b["word_mask"]]
-            torch.nn.functional.cross_entropy(logits, gold).backward()
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
+            train_step(encoder, head, opt, precision, b)
         return real / (time.perf_counter() - t)
 
     best = {False: 0.0, True: 0.0}
