@@ -72,6 +72,13 @@ def train_step(encoder, head, opt, precision: str, b: dict) -> int:
     return int(b["attention_mask"].sum())
 
 
+def forward_pass(encoder, batches: list[dict]) -> int:
+    """The encoder over ``batches`` (no head); returns their real sub-words."""
+    for b in batches:
+        encoder(b["input_ids"], b["attention_mask"])
+    return sum(int(b["attention_mask"].sum()) for b in batches)
+
+
 def _best_pass(run_pass, passes: int) -> float:
     """Tokens/s of the fastest of ``passes`` timed passes (``run_pass()`` returns its token count):
     a limit is what the hardware can do, so noise from a busy VM should not lower it."""
@@ -105,32 +112,25 @@ def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
            "eval_sample_tokens": sum(int(b["attention_mask"].sum()) for b in eval_batches)}
     state = {k: v.clone() for k, v in encoder.state_dict().items()}
 
-    def forward_pass(batches) -> int:
-        for b in batches:
-            encoder(b["input_ids"], b["attention_mask"])
-        return sum(int(b["attention_mask"].sum()) for b in batches)
-
     for precision in ("fp32", "bf16"):
         encoder.load_state_dict(state)
         encoder.eval()
         with torch.inference_mode(), _autocast(precision):
             encoder(eval_batches[0]["input_ids"], eval_batches[0]["attention_mask"])  # warm-up
-            out["eval"][precision] = _best_pass(lambda: forward_pass(eval_batches), passes)
+            out["eval"][precision] = _best_pass(lambda: forward_pass(encoder, eval_batches), passes)
         encoder.train()
         head = torch.nn.Linear(encoder.hidden_size, len(dm.label_set))
         opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=cfg.optimizer.lr)
 
-        def step(b):
-            return train_step(encoder, head, opt, precision, b)
-
-        step(train_batches[0])  # warm-up
-        out["train"][precision] = _best_pass(lambda: sum(step(b) for b in train_batches), passes)
+        train_step(encoder, head, opt, precision, train_batches[0])  # warm-up
+        out["train"][precision] = _best_pass(
+            lambda: sum(train_step(encoder, head, opt, precision, b) for b in train_batches), passes)
     best = max(out["eval"], key=out["eval"].get)
     encoder.load_state_dict(state)
     encoder.eval()
     out["eval_sample"] = dict(out["eval"])
     with torch.inference_mode(), _autocast(best):
-        out["eval"][best] = _best_pass(lambda: forward_pass(test), passes)
+        out["eval"][best] = _best_pass(lambda: forward_pass(encoder, test), passes)
     return out
 
 

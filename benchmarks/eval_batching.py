@@ -17,7 +17,7 @@ import torch
 from hydra.utils import instantiate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_ce import _autocast, _best_pass, _sorted_batches  # noqa: E402
+from bench_ce import _autocast, _best_pass, _sorted_batches, forward_pass  # noqa: E402
 
 from ner_lightning.config import compose_config  # noqa: E402
 
@@ -37,11 +37,6 @@ def main() -> None:
     pad = encoder.tokenizer.pad_token_id
     print(f"dev: {len(dm.features['dev'])} sentences, {torch.get_num_threads()} threads")
 
-    def forward_pass(batches) -> int:
-        for b in batches:
-            encoder(b["input_ids"], b["attention_mask"])
-        return sum(int(b["attention_mask"].sum()) for b in batches)
-
     packs = [v == "true" for v in args.pack.split(",")]
     settings = [(p, size, pack) for p in args.precisions.split(",") for size in map(int, args.sizes.split(","))
                 for pack in packs]
@@ -54,7 +49,7 @@ def main() -> None:
                 with _autocast(precision):
                     encoder(batches[size][0]["input_ids"], batches[size][0]["attention_mask"])  # warm-up
                     best[precision, size, pack] = max(best[precision, size, pack], _best_pass(
-                        lambda: forward_pass(batches[size]), 1))
+                        lambda: forward_pass(encoder, batches[size]), 1))
     print(f"{'precision':>9}{'batch':>7}{'pack':>6}{'batches':>9}{'padding':>9}{'real tok/s':>12}")
     for (precision, size, pack), speed in best.items():
         real = sum(int(b["attention_mask"].sum()) for b in batches[size])
