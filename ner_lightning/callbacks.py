@@ -1,6 +1,6 @@
 """Lightning callbacks of our own: real (non-padding) sub-word tokens per second, the
-precision dev/test evaluation runs in, MUNCH-Stack's phases and the MUNCHABLES paper's
-annealing schedule."""
+precision dev/test evaluation runs in, a training budget counted in batches, MUNCH-Stack's
+phases and the MUNCHABLES paper's annealing schedule."""
 from __future__ import annotations
 
 import logging
@@ -85,6 +85,44 @@ class EvalPrecision(pl.Callback):
                 self.precision, f"set in the config; auto would pick {best}: {why}")
             log.info("precision: training %s, evaluation %s (%s)", trainer.precision, self.chosen, reason)
         pl_module.eval_precision = self.chosen
+
+
+class BatchBudget(pl.Callback):
+    """Train for exactly ``batches`` training batches, however many epochs that is (the
+    replication protocol, docs/results/replication.md: every method at every size gets the same
+    number of batches, where an epoch at size 20 is 3 of them and at size 200 25). The
+    learning-rate schedule spans the budget (:meth:`schedule_steps`). Families that take several
+    optimiser steps per batch (COMAUC-2T, OVA-AUC) keep them: the budget counts data, not
+    updates (``compute.optimizer_steps`` in results.json records both). Dev evaluation every
+    ``trainer.val_check_interval`` batches across epochs (``trainer=batch_budget``)."""
+
+    def __init__(self, batches: int):
+        if int(batches) < 1:
+            raise ValueError(f"callbacks.batch_budget.batches must be a positive number of training batches, got {batches}")
+        self.batches = int(batches)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit":
+            return
+        if trainer.max_epochs not in (None, -1) or trainer.max_steps not in (None, -1):
+            raise ValueError(f"callbacks.batch_budget ends training after {self.batches} batches, but trainer.max_epochs="
+                             f"{trainer.max_epochs} / trainer.max_steps={trainer.max_steps} may end it first: "
+                             "set trainer.max_epochs=-1 trainer.max_steps=-1 (trainer=batch_budget does)")
+        if trainer.fit_loop.min_epochs or trainer.fit_loop.min_steps:
+            raise ValueError(f"callbacks.batch_budget: trainer.min_epochs={trainer.fit_loop.min_epochs} / trainer.min_steps="
+                             f"{trainer.fit_loop.min_steps} would keep training past the budget: set them to 0 "
+                             "(trainer=batch_budget does)")
+        if trainer.check_val_every_n_epoch is not None:
+            raise ValueError("callbacks.batch_budget counts batches across epochs: set trainer.check_val_every_n_epoch=null "
+                             "and trainer.val_check_interval=<batches between dev evaluations> (trainer=batch_budget does)")
+
+    def schedule_steps(self, trainer) -> int:
+        """Length of the learning-rate schedule: the budget (the schedule steps once a batch)."""
+        return self.batches
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.fit_loop.epoch_loop.total_batch_idx + 1 >= self.batches:
+            trainer.should_stop = True
 
 
 def _epoch_main_loss(module) -> float | None:
@@ -199,7 +237,7 @@ class AuxiliaryPhases(pl.Callback):
             trainer.fit_loop.max_epochs = self.max_epochs * len(dm.aux_names)
             trainer.fit_loop.min_epochs = 0
 
-    def phase_schedule_steps(self, trainer) -> int:
+    def schedule_steps(self, trainer) -> int:
         """Length of one phase's learning-rate schedule: ``max_epochs`` epochs of steps."""
         per_epoch = trainer.estimated_stepping_batches / max(1, trainer.max_epochs)
         return max(1, int(self.max_epochs * per_epoch))

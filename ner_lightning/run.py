@@ -135,6 +135,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
         "training_set": {k: partition["training_set"][k] for k in ("regime", "before", "after", "sha256")},
         "dev": best["scores"] if best else None,
         "best_epoch": best["epoch"] if best else None,
+        "best_batch": best.get("batches") if best else None,  # training batches before the selected evaluation
         "monitor": cfg.monitor,
         "dev_monitor": best["metrics"][cfg.monitor] if best else None,
         "test": module.scores.get("test"),

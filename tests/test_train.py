@@ -157,3 +157,42 @@ def test_hub_name_offline_is_a_clear_error():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "could not load tokenizer 'bert-base-cased'" in proc.stderr and "model=minilm" in proc.stderr
+
+
+BUDGET = ("callbacks=batch_budget", "trainer.max_epochs=-1", "trainer.min_epochs=0",
+          "trainer.check_val_every_n_epoch=null", "+trainer.val_check_interval=3", "data.batch_size=2")
+
+
+@pytest.mark.parametrize("loss, steps_per_batch", [("ce", 1), ("comauc2t", 2)])
+def test_batch_budget_trains_that_many_batches_across_epochs(toy_cfg, loss, steps_per_batch):
+    """callbacks=batch_budget: 7 batches of 4 out of 8 sentences = 3 epochs of 2 batches + 1; dev
+    every 3 batches across epoch ends (batches 3, 6) and at the stop (7); the schedule spans the 7
+    batches (warm-up, then decay to 0) whatever the optimiser steps per batch (COMAUC-2T takes 2)."""
+    from ner_lightning.callbacks import BatchBudget
+
+    cfg = toy_cfg(*BUDGET, "callbacks.batch_budget.batches=7", f"loss={loss}", "data.batch_size=4")
+    encoder = instantiate(cfg.model)
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    module = instantiate(cfg.loss, encoder=encoder, label_set=dm.label_set)
+    budget = BatchBudget(batches=7)
+    trainer = instantiate(cfg.trainer, callbacks=[budget], logger=False, enable_checkpointing=False)
+    trainer.fit(module, datamodule=dm)
+    assert module.train_batches == 7 and trainer.global_step == 7 * steps_per_batch
+    assert [h["batches"] for h in module.history] == [3, 6, 7]
+    assert [h["epoch"] for h in module.history] == [1, 2, 3]
+    scheduler = trainer.lr_scheduler_configs[0].scheduler
+    assert scheduler.last_epoch == 7 and scheduler.get_last_lr()[0] == 0.0
+
+
+def test_batch_budget_cell_records_the_selected_batch(toy_cfg):
+    results = train(toy_cfg(*BUDGET, "callbacks.batch_budget.batches=5"))
+    assert results["compute"]["train_batches"] == 5 and results["epochs"] == 2  # one epoch and the start of a second
+    assert results["best_batch"] in (3, 5) and results["test"] is not None
+
+
+@pytest.mark.parametrize("bad, key", [(("trainer.max_epochs=3",), "trainer.max_epochs=-1"),
+                                      (("trainer.min_epochs=2",), "trainer.min_epochs"),
+                                      (("trainer.check_val_every_n_epoch=1",), "check_val_every_n_epoch=null")])
+def test_batch_budget_refuses_a_trainer_that_would_override_it(toy_cfg, bad, key):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        train(toy_cfg(*BUDGET, *bad))

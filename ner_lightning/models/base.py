@@ -244,7 +244,8 @@ class NERModule(pl.LightningModule):
         self.scores[stage] = scores
         flat = flat_scores(scores, stage)
         if stage == "val":
-            self.history.append({"epoch": self.current_epoch, "metrics": dict(flat), "scores": scores})
+            self.history.append({"epoch": self.current_epoch, "batches": self.train_batches, "metrics": dict(flat),
+                                 "scores": scores})
         self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
         self.log_dict(flat)
         for c in sorted(k for k in collected if k):  # auxiliary corpora of a multi-corpus run (test only)
@@ -290,8 +291,10 @@ class NERModule(pl.LightningModule):
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(params=self.optimizer_parameters())
         total = self.trainer.estimated_stepping_batches
-        phases = next((c for c in self.trainer.callbacks if hasattr(c, "phase_schedule_steps")), None)
-        if phases is not None:  # MUNCH-Stack: the schedule runs (and restarts) once per phase
-            total = phases.phase_schedule_steps(self.trainer)
+        # A callback may set the schedule's length: MUNCH-Stack's phases (it restarts once per
+        # phase), a batch budget (callbacks.batch_budget).
+        horizon = next((c for c in self.trainer.callbacks if hasattr(c, "schedule_steps")), None)
+        if horizon is not None:
+            total = horizon.schedule_steps(self.trainer)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
