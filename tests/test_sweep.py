@@ -183,6 +183,28 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
     assert "3 cells — 3 done, 0 to run" in proc.stdout + proc.stderr
 
 
+def test_exported_sweep_holds_results_only_and_resumes(toy_data_dir, tmp_path):
+    """`sweep export`: manifest + finished cells' results.json, no checkpoints or partial cells;
+    a sweep folder restored from the export skips the exported cells."""
+    import shutil
+
+    from ner_lightning.sweep.__main__ import export
+
+    grid = ["-m", "loss=ce,crf", f"hydra.sweep.dir={tmp_path / 'a'}", *TOY]
+    assert run_cli(grid, tmp_path, toy_data_dir).returncode == 0
+    unfinished = tmp_path / "a" / "9_unfinished"
+    unfinished.mkdir()
+    (unfinished / "cell.json").write_text("{}")
+    assert export(tmp_path / "a", tmp_path / "exported") == 2
+    files = sorted(p.relative_to(tmp_path / "exported").as_posix() for p in (tmp_path / "exported").rglob("*") if p.is_file())
+    assert files[-2:] == ["manifest.json", "multirun.yaml"] and len(files) == 4
+    assert all(f.endswith("results.json") for f in files[:2]) and not any("unfinished" in f for f in files)
+    shutil.copytree(tmp_path / "exported", tmp_path / "restored")
+    proc = run_cli(["-m", "loss=ce,crf,ce2t", f"hydra.sweep.dir={tmp_path / 'restored'}", *TOY], tmp_path, toy_data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "3 cells — 2 done, 1 to run" in proc.stdout + proc.stderr
+
+
 def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):
     import signal
     import time

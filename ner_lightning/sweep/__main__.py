@@ -1,13 +1,20 @@
 """``python -m ner_lightning.sweep status <sweep dir>``: where a sweep stands.
+``python -m ner_lightning.sweep export <sweep dir> <folder>``: what to commit of it.
 
-Reads the manifest (the whole grid) and each cell's ``cell.json`` / ``results.json`` /
+``status`` reads the manifest (the whole grid) and each cell's ``cell.json`` / ``results.json`` /
 ``failure.json``: done, failed, interrupted, running and missing cells, time per finished cell
 and an ETA (remaining cells × mean cell time / cells running now). ``--cells`` lists every cell.
+
+``export`` copies the manifest, ``multirun.yaml`` and each finished cell's ``results.json``
+(and a tuning trial's ``tune.json``) — no checkpoints, logs or partial cells — into a folder
+that the report reads and that a sweep resumes from: copy it back to a sweep folder and rerun
+the sweep's command, and the exported cells are skipped (same config hash).
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shutil
 import statistics
 import sys
 from collections import Counter
@@ -43,13 +50,38 @@ def _eta(rows: list[dict]) -> str:
     return f" | mean cell {mean / 60:.1f} min, ETA ~{dt.timedelta(seconds=round(eta))} at {max(running, 1)} cells at once"
 
 
+def export(sweep_dir: Path, dest: Path) -> int:
+    """Copy what a sweep's results need (see the module docstring); returns the cells copied."""
+    status = sweep_status(sweep_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (cells.MANIFEST, "multirun.yaml"):
+        if (sweep_dir / name).is_file():
+            shutil.copy2(sweep_dir / name, dest / name)
+    done = [r for r in status["rows"] if r["state"] == "done"]
+    for r in done:
+        (dest / r["dir"]).mkdir(parents=True, exist_ok=True)
+        for name in (cells.RESULTS, "tune.json"):
+            if (sweep_dir / r["dir"] / name).is_file():
+                shutil.copy2(sweep_dir / r["dir"] / name, dest / r["dir"] / name)
+    return len(done)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ner_lightning.sweep", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     st = sub.add_parser("status", help="done / failed / running / missing cells of a sweep")
     st.add_argument("sweep_dir", type=Path)
     st.add_argument("--cells", action="store_true", help="one line per cell")
+    ex = sub.add_parser("export", help="copy the manifest and finished cells' results.json (no checkpoints) to a folder")
+    ex.add_argument("sweep_dir", type=Path)
+    ex.add_argument("dest", type=Path)
     args = parser.parse_args(argv)
+
+    if args.command == "export":
+        n = export(args.sweep_dir, args.dest)
+        total = len(sweep_status(args.sweep_dir)["rows"])
+        print(f"{args.dest}: {n} of {total} cells exported (results.json), with {cells.MANIFEST} and multirun.yaml")
+        return 0
 
     status = sweep_status(args.sweep_dir)
     rows, counts = status["rows"], status["counts"]
