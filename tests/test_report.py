@@ -211,3 +211,26 @@ def test_singleaux_auxiliary_is_chosen_on_dev_and_corpora_are_averaged(tmp_path,
     # singletask: macro (0.4 + 0.2) / 2; micro 2 * 12 / (40 + 60); partition 1 left out
     assert "| 0.3000 ±" in rows["singletask"] and "| 0.2400 ±" in rows["singletask"]
     assert rows["singletask"].rstrip().endswith("| 1 | 1 |")
+
+
+def test_choose_on_dev_takes_the_best_mean_over_shared_partitions(tmp_path, capsys):
+    """--choose head_lr: per loss, the value with the highest mean dev_monitor over the partitions
+    all values ran on (partition 102 of one value alone does not count); test is not read."""
+    dev = {("ce", 0.01): [0.50, 0.60, 0.99], ("ce", 0.1): [0.58, 0.56], ("crf", 0.01): [0.40, 0.46], ("crf", 0.1): [0.44, 0.44]}
+    i = 0
+    for (loss, lr), values in dev.items():
+        for p, v in zip((100, 101, 102), values):
+            r = _result(loss, 50, p, f1=1.0 - v, config={"loss": {"head_lr": lr}})
+            r["dev_monitor"] = v
+            _write(tmp_path, str(i), r)
+            i += 1
+    from ner_lightning.report.runs import choose_on_dev
+
+    runs, _ = load_runs([tmp_path])
+    choices = {c["row"]: c for c in choose_on_dev(runs, "loss.head_lr", ["loss", "loss.head_lr"])}
+    assert choices[("ce",)]["best"] == "0.1" and choices[("ce",)]["partitions"] == ["100", "101"]
+    assert choices[("ce",)]["means"] == pytest.approx({"0.01": 0.55, "0.1": 0.57})
+    assert choices[("crf",)]["best"] == "0.1" and choices[("crf",)]["means"]["0.01"] == pytest.approx(0.43)
+    main([str(tmp_path), "--by", "loss,loss.head_lr", "--metrics", "dev_monitor", "--choose", "loss.head_lr",
+          "--resamples", "100"])
+    assert "- ce: loss.head_lr=0.1 (0.01 0.5500, 0.1 0.5700; partitions 100, 101)" in capsys.readouterr().out

@@ -22,7 +22,8 @@ per metric (``--format md|latex|csv``); ``--plots DIR`` writes the figures (PNG 
 ``--wandb`` logs a summary run with the table and figures into the sweep's W&B group.
 A tuning sweep (``experiment=tune_*``) also gets its trials listed and plotted.
 ``--select-on-dev KEY`` keeps, per row and partition, the run whose KEY has the best dev score
-(SingleAux's auxiliary); ``--average-over KEY`` adds macro and pooled-micro averages over KEY
+(SingleAux's auxiliary); ``--choose KEY`` prints, per row, the KEY value with the best mean dev
+score over the partitions (a tuning grid's choice, e.g. each loss's head_lr); ``--average-over KEY`` adds macro and pooled-micro averages over KEY
 (main corpora, the MUNCHABLES paper's Table 2); auxiliary test scores are ``test_aux.<corpus>.…``.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ import json
 import sys
 from pathlib import Path
 
-from ner_lightning.report.runs import load_runs, load_trials, mixed_settings, select_on_dev
+from ner_lightning.report.runs import choose_on_dev, load_runs, load_trials, mixed_settings, select_on_dev
 from ner_lightning.report.tables import (
     baseline_row_value, comparison_table, comparisons, corpus_average_table, paper_table, summary_table,
 )
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plots", type=Path, metavar="DIR", help="write the figures the sweep allows here")
     ap.add_argument("--select-on-dev", metavar="KEY", help="keep, per row and partition, the run whose KEY value "
                     "has the best dev monitor (e.g. aux: SingleAux's auxiliary chosen on main dev)")
+    ap.add_argument("--choose", metavar="KEY", help="a tuning grid's choice: per row (--by without KEY), the KEY "
+                    "value with the best mean dev monitor over the partitions")
     ap.add_argument("--average-over", metavar="KEY", help="also average the first metric over KEY's values per "
                     "partition (e.g. dataset: macro and pooled micro averages over main corpora)")
     ap.add_argument("--alpha", type=float, default=0.05, help="significance level (after Holm's correction)")
@@ -68,6 +71,11 @@ def main(argv: list[str] | None = None) -> None:
         runs, chosen = select_on_dev(runs, args.select_on_dev, by)
         print(f"Chosen on dev ({args.select_on_dev}):\n" + "\n".join(f"- {c}" for c in chosen) + "\n")
     print(summary_table(runs, by, metrics, args.resamples, args.seed))
+    if args.choose:
+        print(f"\nChosen on dev ({args.choose}; mean best-dev monitor over the partitions every value ran on):")
+        for c in choose_on_dev(runs, args.choose, by):
+            means = ", ".join(f"{v} {m:.4f}" for v, m in c["means"].items())
+            print(f"- {' '.join(c['row'])}: {c['key']}={c['best']} ({means}; partitions {', '.join(c['partitions'])})")
     for note in mixed_settings(runs, by):
         print(f"\n{note}")
     if args.average_over:

@@ -117,3 +117,26 @@ def select_on_dev(runs: list[dict], key: str, by: list[str]) -> tuple[list[dict]
             notes.append(f"{' '.join(ident[:-2])} partition {ident[-2]}: {key}={lookup(best, key)} chosen on dev "
                          f"({scores})")
     return kept, notes
+
+
+def choose_on_dev(runs: list[dict], key: str, by: list[str]) -> list[dict]:
+    """A tuning grid's choice: per row of ``by`` (without ``key``), the ``key`` value with the
+    highest mean best-dev ``monitor`` over the partitions that every value of the row ran on
+    (tuning partitions; test is never read). Ties go to the first value in natural order."""
+    rows: dict[tuple, dict] = {}
+    for r in runs:
+        value = lookup(r, key)
+        if value in (None, "") or r.get("dev_monitor") is None:
+            continue
+        ident = tuple(str(lookup(r, k)) for k in by if k != key)
+        rows.setdefault(ident, {}).setdefault(str(value), {})[partition_label(r)] = r["dev_monitor"]
+    choices = []
+    for ident in sorted(rows, key=sort_key):
+        values = rows[ident]
+        shared = sorted(set.intersection(*(set(v) for v in values.values())), key=lambda p: sort_key((p,)))
+        if not shared:
+            raise SystemExit(f"--choose {key}: the values of row {' '.join(ident)} share no partition")
+        means = {v: sum(values[v][p] for p in shared) / len(shared) for v in sorted(values, key=lambda v: sort_key((v,)))}
+        best = max(means, key=means.get)
+        choices.append({"row": ident, "key": key, "best": best, "means": means, "partitions": shared})
+    return choices
