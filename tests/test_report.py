@@ -221,7 +221,7 @@ def test_choose_on_dev_takes_the_best_mean_over_shared_partitions(tmp_path, caps
     for (loss, lr), values in dev.items():
         for p, v in zip((100, 101, 102), values):
             r = _result(loss, 50, p, f1=1.0 - v, config={"loss": {"head_lr": lr}})
-            r["dev_monitor"] = v
+            r["dev_monitor"], r["best_batch"] = v, 100 + i
             _write(tmp_path, str(i), r)
             i += 1
     from ner_lightning.report.runs import choose_on_dev
@@ -231,6 +231,8 @@ def test_choose_on_dev_takes_the_best_mean_over_shared_partitions(tmp_path, caps
     assert choices[("ce",)]["best"] == "0.1" and choices[("ce",)]["partitions"] == ["100", "101"]
     assert choices[("ce",)]["means"] == pytest.approx({"0.01": 0.55, "0.1": 0.57})
     assert choices[("crf",)]["best"] == "0.1" and choices[("crf",)]["means"]["0.01"] == pytest.approx(0.43)
-    main([str(tmp_path), "--by", "loss,loss.head_lr", "--metrics", "dev_monitor", "--choose", "loss.head_lr",
+    main([str(tmp_path), "--by", "loss,loss.head_lr", "--metrics", "dev_monitor,best_batch", "--choose", "loss.head_lr",
           "--resamples", "100"])
-    assert "- ce: loss.head_lr=0.1 (0.01 0.5500, 0.1 0.5700; partitions 100, 101)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "- ce: loss.head_lr=0.1 (0.01 0.5500, 0.1 0.5700; partitions 100, 101)" in out
+    assert "| ce | 0.01 | 0.6967 ± " in out and "| 101.0000 ± " in out  # best_batch is a results.json value

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 RESULT_KEYS = ("test.", "test_aux.", "dev.", "training_set.", "partition.", "throughput.", "compute.", "grid.")
-RESULT_VALUES = ("best_epoch", "epochs", "global_steps", "wall_time_s", "dev_monitor")
+RESULT_VALUES = ("best_epoch", "best_batch", "epochs", "global_steps", "wall_time_s", "dev_monitor")
 
 
 def load_runs(dirs: list[Path]) -> tuple[list[dict], list[Path]]:
