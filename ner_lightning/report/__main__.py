@@ -23,8 +23,8 @@ per metric (``--format md|latex|csv``); ``--plots DIR`` writes the figures (PNG 
 A tuning sweep (``experiment=tune_*``) also gets its trials listed and plotted.
 ``--select-on-dev KEY`` keeps, per row and partition, the run whose KEY has the best dev score
 (SingleAux's auxiliary); ``--choose KEY`` prints, per row, the KEY value with the best mean dev
-score over the partitions (a tuning grid's choice, e.g. each loss's head_lr); ``--average-over KEY`` adds macro and pooled-micro averages over KEY
-(main corpora, the MUNCHABLES paper's Table 2); auxiliary test scores are ``test_aux.<corpus>.…``.
+score over the partitions (a tuning grid's choice, e.g. each loss's head_lr); ``--average-over
+KEY`` adds macro and pooled-micro averages over KEY (main corpora, the MUNCHABLES paper's Table 2); auxiliary test scores are ``test_aux.<corpus>.…``.
 """
 from __future__ import annotations
 
