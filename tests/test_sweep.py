@@ -195,7 +195,7 @@ def test_exported_sweep_holds_results_only_and_resumes(toy_data_dir, tmp_path):
     unfinished = tmp_path / "a" / "9_unfinished"
     unfinished.mkdir()
     (unfinished / "cell.json").write_text("{}")
-    assert export(tmp_path / "a", tmp_path / "exported") == 2
+    assert export(tmp_path / "a", tmp_path / "exported") == (2, 2)
     files = sorted(p.relative_to(tmp_path / "exported").as_posix() for p in (tmp_path / "exported").rglob("*") if p.is_file())
     assert files[-2:] == ["manifest.json", "multirun.yaml"] and len(files) == 4
     assert all(f.endswith("results.json") for f in files[:2]) and not any("unfinished" in f for f in files)

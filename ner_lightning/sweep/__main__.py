@@ -50,8 +50,9 @@ def _eta(rows: list[dict]) -> str:
     return f" | mean cell {mean / 60:.1f} min, ETA ~{dt.timedelta(seconds=round(eta))} at {max(running, 1)} cells at once"
 
 
-def export(sweep_dir: Path, dest: Path) -> int:
-    """Copy what a sweep's results need (see the module docstring); returns the cells copied."""
+def export(sweep_dir: Path, dest: Path) -> tuple[int, int]:
+    """Copy what a sweep's results need (see the module docstring); returns the cells copied
+    and the cells of the grid."""
     status = sweep_status(sweep_dir)
     dest.mkdir(parents=True, exist_ok=True)
     for name in (cells.MANIFEST, "multirun.yaml"):
@@ -63,7 +64,7 @@ def export(sweep_dir: Path, dest: Path) -> int:
         for name in (cells.RESULTS, "tune.json"):
             if (sweep_dir / r["dir"] / name).is_file():
                 shutil.copy2(sweep_dir / r["dir"] / name, dest / r["dir"] / name)
-    return len(done)
+    return len(done), len(status["rows"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "export":
-        n = export(args.sweep_dir, args.dest)
-        total = len(sweep_status(args.sweep_dir)["rows"])
+        n, total = export(args.sweep_dir, args.dest)
         print(f"{args.dest}: {n} of {total} cells exported (results.json), with {cells.MANIFEST} and multirun.yaml")
         return 0
 
