@@ -52,7 +52,7 @@ GRID_PATHS = {
     "augment": "data.augment.methods", "dev_size": "data.dev_size",
     "aux": "aux", "aux_size": "aux_size", "aux_order": "data.aux_order",
 }
-CHOSEN_GROUPS = ("dataset", "model", "loss", "optimizer", "multitask", "experiment")
+CHOSEN_GROUPS = ("dataset", "model", "loss", "data", "optimizer", "multitask", "experiment")
 
 
 def grid_keys(cfg, overrides: list[str]) -> dict:

@@ -32,13 +32,14 @@ PRESETS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if not p.startswith("tune_")])
-def test_experiment_grids_name_existing_configs(preset):
-    """Each grid preset's sweep (hydra.sweeper.params) only names configs that exist (munch_paper
-    has no grid of its own: its header gives the tuning and final sweeps)."""
-    from omegaconf import OmegaConf
+def test_experiment_grids_name_existing_configs(preset, tmp_path):
+    """Each grid preset's sweep (hydra.sweeper.params, with what it inherits) only names configs
+    that exist (munch_paper has no grid of its own: its header gives the tuning and final sweeps)."""
+    from hydra.core.hydra_config import HydraConfig
 
-    params = OmegaConf.select(OmegaConf.load(CONFIG_DIR / "experiment" / f"{preset}.yaml"), "hydra.sweeper.params")
-    if params is None:
+    compose_config([f"experiment={preset}"], tmp_path)
+    params = HydraConfig.get().sweeper.get("params")
+    if not params:
         assert preset == "munch_paper"
         return
     groups = [key for key in params if (CONFIG_DIR / key).is_dir()]
@@ -73,3 +74,40 @@ def test_debug_configs_run(debug, toy_cfg):
         assert cfg.trainer.fast_dev_run and cfg.callbacks == {} and res["best_epoch"] == 0
     else:
         assert cfg.model.random_init and res["epochs"] == 2
+
+
+@pytest.mark.parametrize("preset,key,value", [
+    ("sC", "resample", "sC"), ("sCR", "resample", "sCR"), ("sCRD", "resample", "sCRD"),
+    ("nsCRD", "resample", "nsCRD"), ("bus", "undersample", 3.0), ("da", "augment.methods", ["lwtr", "mr", "sis"]),
+])
+def test_regime_presets_change_one_regime_of_the_default_data(preset, key, value, tmp_path):
+    """data=<regime> is data/default with exactly one regime switched on (a grid over regimes
+    compares them on the same partitions)."""
+    from omegaconf import OmegaConf
+
+    default = OmegaConf.to_container(compose_config([], tmp_path).data)
+    regime = OmegaConf.to_container(compose_config([f"data={preset}"], tmp_path).data)
+    changed = {k for k in default if default[k] != regime[k]}
+    assert changed == {key.split(".")[0]}
+    assert OmegaConf.select(OmegaConf.create(regime), key) == value
+
+
+def test_replication_presets_share_the_protocol(tmp_path):
+    """Every replication_* preset runs the shared protocol (experiment/protocol/replication.yaml): the batch
+    budget, no early stopping, dev 300, reporting partitions 0-9 outermost, and a tuned head
+    learning rate for every loss its grid names."""
+    from omegaconf import OmegaConf
+
+    from hydra.core.hydra_config import HydraConfig
+
+    presets = [p for p in PRESETS if p.startswith("replication_")]
+    assert presets
+    for preset in presets:
+        cfg = compose_config([f"experiment={preset}"], tmp_path)
+        assert cfg.callbacks.early_stopping is None and cfg.callbacks.batch_budget.batches == 300, preset
+        assert cfg.data.dev_size == 300 and cfg.trainer.val_check_interval == 25, preset
+        swept = HydraConfig.get().sweeper.params
+        assert list(swept)[0] == "partition" and swept.partition == "range(0,10)", preset
+        losses = str(swept.get("loss", HydraConfig.get().runtime.choices.loss)).split(",")
+        assert set(losses) <= set(cfg.tuned_head_lr), preset
+        assert OmegaConf.to_container(cfg, resolve=True)["loss"]["head_lr"] == cfg.tuned_head_lr[HydraConfig.get().runtime.choices.loss]

@@ -236,3 +236,14 @@ def test_choose_on_dev_takes_the_best_mean_over_shared_partitions(tmp_path, caps
     out = capsys.readouterr().out
     assert "- ce: loss.head_lr=0.1 (0.01 0.5500, 0.1 0.5700; partitions 100, 101)" in out
     assert "| ce | 0.01 | 0.6967 ± " in out and "| 101.0000 ± " in out  # best_batch is a results.json value
+
+
+def test_data_row_key_is_the_regime_preset(tmp_path):
+    """``--by data`` labels a run by its conf/data preset: the one recorded in results.json's
+    grid, else the command line's, else data/default."""
+    from ner_lightning.report.runs import lookup
+
+    recorded = {**_result("ce", 20, 0, 0.5), "grid": {"data": "bus"}}
+    on_command_line = {**_result("ce", 20, 0, 0.5), "overrides": ["data=sCR", "size=20"]}
+    neither = _result("ce", 20, 0, 0.5)
+    assert [lookup(r, "data") for r in (recorded, on_command_line, neither)] == ["bus", "sCR", "default"]

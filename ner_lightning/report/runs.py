@@ -34,10 +34,10 @@ def load_trials(dirs: list[Path]) -> list[dict]:
 
 
 def lookup(run: dict, key: str):
-    """``loss``/``model``/``dataset``/``multitask``: the group option chosen; ``test.…``, ``dev.…``,
-    ``compute.…``, ``best_epoch`` …: a path into results.json; anything else: a path into the
-    resolved config."""
-    if key in ("loss", "model", "dataset", "multitask"):
+    """``loss``/``model``/``dataset``/``multitask``/``data``: the group option chosen (``data``: the
+    regime preset, conf/data); ``test.…``, ``dev.…``, ``compute.…``, ``best_epoch`` …: a path into
+    results.json; anything else: a path into the resolved config."""
+    if key in ("loss", "model", "dataset", "multitask", "data"):
         if run.get("grid", {}).get(key) is not None:
             return run["grid"][key]
         for o in run.get("overrides", []):
@@ -47,6 +47,8 @@ def lookup(run: dict, key: str):
             return run["config"]["dataset"]["name"]
         if key == "model":
             return run["config"]["model"].get("name_or_path")
+        if key == "data":
+            return "default"
         return None
     node = run if key.startswith(RESULT_KEYS) or key in RESULT_VALUES else run["config"]
     for part in key.split("."):
