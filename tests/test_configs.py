@@ -93,12 +93,11 @@ def test_regime_presets_change_one_regime_of_the_default_data(preset, key, value
 
 
 def test_replication_presets_share_the_protocol(tmp_path):
-    """Every replication_* preset runs the shared protocol (experiment/protocol/replication.yaml): the batch
-    budget, no early stopping, dev 300, reporting partitions 0-9 outermost, and a tuned head
-    learning rate for every loss its grid names."""
-    from omegaconf import OmegaConf
-
+    """Every replication_* preset runs the shared protocol (experiment/protocol/replication.yaml):
+    the batch budget, no early stopping, dev 300, reporting partitions 0-9 outermost, and a tuned
+    head learning rate for every loss its grid names, which is the one the loss trains with."""
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
     presets = [p for p in PRESETS if p.startswith("replication_")]
     assert presets
@@ -108,6 +107,6 @@ def test_replication_presets_share_the_protocol(tmp_path):
         assert cfg.data.dev_size == 300 and cfg.trainer.val_check_interval == 25, preset
         swept = HydraConfig.get().sweeper.params
         assert list(swept)[0] == "partition" and swept.partition == "range(0,10)", preset
-        losses = str(swept.get("loss", HydraConfig.get().runtime.choices.loss)).split(",")
-        assert set(losses) <= set(cfg.tuned_head_lr), preset
-        assert OmegaConf.to_container(cfg, resolve=True)["loss"]["head_lr"] == cfg.tuned_head_lr[HydraConfig.get().runtime.choices.loss]
+        loss = HydraConfig.get().runtime.choices.loss
+        assert set(str(swept.get("loss", loss)).split(",")) <= set(cfg.tuned_head_lr), preset
+        assert OmegaConf.to_container(cfg, resolve=True)["loss"]["head_lr"] == cfg.tuned_head_lr[loss], preset
