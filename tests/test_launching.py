@@ -36,8 +36,9 @@ def test_concurrent_workers_claim_distinct_slots_and_a_dead_workers_slot_is_reus
     assert sorted(slot for _, slot, _ in got) == [0, 1, 2]
     assert all(slot == again for _, slot, again in got)
     # all 3 held: a 4th live worker is an error, not a silent double booking
-    with pytest.raises(RuntimeError, match="all 3 device slots"):
+    with pytest.raises(RuntimeError, match="all 3 device slots") as held:
         devices.claim_slot(slots, 3)
+    assert all(str(pid) in str(held.value) for pid, _, _ in got)  # the holders, to find a leftover worker
     # the worker holding slot 1 dies (loky replaces it): its replacement gets slot 1
     pid_of_slot1 = next(pid for pid, slot, _ in got if slot == 1)
     victim = next(p for p in procs if p.pid == pid_of_slot1)

@@ -41,8 +41,10 @@ def claim_slot(lock_dir: str | Path, n_slots: int) -> int:
         fh.flush()
         _claimed[key] = (k, fh)
         return k
-    raise RuntimeError(f"all {n_slots} device slots in {lock_dir} are held by live processes: more workers "
-                       f"than hydra.launcher.n_jobs={n_slots}?")
+    holders = [(Path(lock_dir) / f"slot{k}.lock").read_text().strip() for k in range(n_slots)]
+    raise RuntimeError(f"all {n_slots} device slots in {lock_dir} are held by live processes (pids "
+                       f"{', '.join(holders)}): more workers than hydra.launcher.n_jobs={n_slots}, or workers "
+                       "left over from an interrupted sweep of this folder (kill them, then rerun)")
 
 
 def device_for_slot(slot: int, n_gpus: int, n_jobs: int, cores: int) -> dict:
