@@ -110,3 +110,16 @@ def test_replication_presets_share_the_protocol(tmp_path):
         loss = HydraConfig.get().runtime.choices.loss
         assert set(str(swept.get("loss", loss)).split(",")) <= set(cfg.tuned_head_lr), preset
         assert OmegaConf.to_container(cfg, resolve=True)["loss"]["head_lr"] == cfg.tuned_head_lr[loss], preset
+
+
+def test_resampling_replication_selects_on_all_of_a_dev_set_smaller_than_the_protocols(tmp_path):
+    """AnEM's dev set (282 sentences) is smaller than the protocol's 300 sampled ones: the
+    preset uses all of it there, and 300 sampled sentences on every other corpus."""
+    from omegaconf import OmegaConf
+
+    def dev_size(dataset):
+        cfg = compose_config(["experiment=replication_resampling", f"dataset={dataset}"], tmp_path)
+        return OmegaConf.to_container(cfg, resolve=True)["data"]["dev_size"]
+
+    assert dev_size("anem") is None
+    assert dev_size("wnut17") == 300 and dev_size("conll2003") == 300
