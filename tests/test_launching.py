@@ -162,6 +162,24 @@ def test_sweep_status_cli_counts_cells_and_exits_nonzero_until_done(tmp_path, ca
     assert "0 done" in capsys.readouterr().out  # results of another config do not count
 
 
+def test_status_of_a_restarted_sweep_stopped_while_composing_its_grid(tmp_path):
+    """The interim manifest (numbers first, folders later) keeps the earlier cells' folders, so
+    the done cells still count as done if the restarted sweep is stopped before it rewrites it."""
+    from ner_lightning.sweep import cells
+    from ner_lightning.sweep.__main__ import sweep_status
+
+    old = {"cells": [{"cell": k, "overrides": [f"loss={l}"], "dir": f"{k}_loss={l}", "config_sha256": "h"}
+                     for k, l in enumerate(["ce", "crf"])], "invocations": []}
+    (tmp_path / "0_loss=ce").mkdir()
+    write_json_atomic(tmp_path / "0_loss=ce" / "results.json", {"status": "ok", "config_sha256": "h"})
+    jobs = [["loss=ce"], ["loss=crf"], ["loss=focal"]]
+    interim = cells.numbered(jobs, old)
+    assert [c["cell"] for c in interim] == [0, 1, 2] and "dir" not in interim[2]
+    write_json_atomic(tmp_path / "manifest.json", {"cells": interim, "invocations": []})
+    assert sweep_status(tmp_path)["counts"] == {"done": 1, "missing": 2}
+    assert cells.numbered(jobs, None) == [{"cell": k, "overrides": o} for k, o in enumerate(jobs)]
+
+
 def test_results_files_are_as_readable_as_any_other(tmp_path):
     old = os.umask(0o022)
     try:

@@ -60,6 +60,14 @@ def read_manifest(sweep_dir: str | Path) -> dict | None:
     return _manifest_cache[str(path)][1]
 
 
+def numbered(jobs: list[list[str]], old: dict | None) -> list[dict]:
+    """The manifest's cells before their folders and hashes are composed: a number per job, and
+    for a cell of an earlier manifest its folder and hash as they were — so ``sweep status`` stays
+    right when a restarted sweep is stopped while it composes the grid."""
+    known = {tuple(c["overrides"]): c for c in (old or {}).get("cells", [])}
+    return [{**known.get(tuple(o), {}), "cell": k, "overrides": list(o)} for k, o in enumerate(jobs)]
+
+
 def position(sweep_dir: str | Path, overrides) -> tuple[int, int] | None:
     """(cell number, number of cells) of a job in its sweep's manifest, or None (no manifest:
     a single run, or a sweeper that writes none, e.g. Optuna)."""

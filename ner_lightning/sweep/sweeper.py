@@ -68,7 +68,7 @@ class GridSweeper(BasicSweeper):
             jobs = before + [o for o in jobs if o not in before]
         # Cell numbers first (the subdir resolver reads them), then folders and hashes.
         manifest = {"sweep_dir": str(sweep_dir), "command": sys.argv, "arguments": list(arguments),
-                    "cells": [{"cell": k, "overrides": o} for k, o in enumerate(jobs)],
+                    "cells": cells.numbered(jobs, old),
                     "invocations": (old or {}).get("invocations", [])}
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
         manifest["cells"] = [self._describe(k, o) for k, o in enumerate(jobs)]
