@@ -168,8 +168,10 @@ def test_status_of_a_restarted_sweep_stopped_while_composing_its_grid(tmp_path):
     from ner_lightning.sweep import cells
     from ner_lightning.sweep.__main__ import sweep_status
 
-    old = {"cells": [{"cell": k, "overrides": [f"loss={l}"], "dir": f"{k}_loss={l}", "config_sha256": "h"}
-                     for k, l in enumerate(["ce", "crf"])], "invocations": []}
+    write_json_atomic(tmp_path / "old" / "manifest.json", {
+        "cells": [{"cell": k, "overrides": [f"loss={l}"], "dir": f"{k}_loss={l}", "config_sha256": "h"}
+                  for k, l in enumerate(["ce", "crf"])], "invocations": []})
+    old = cells.read_manifest(tmp_path / "old")
     (tmp_path / "0_loss=ce").mkdir()
     write_json_atomic(tmp_path / "0_loss=ce" / "results.json", {"status": "ok", "config_sha256": "h"})
     jobs = [["loss=ce"], ["loss=crf"], ["loss=focal"]]

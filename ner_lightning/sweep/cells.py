@@ -62,9 +62,10 @@ def read_manifest(sweep_dir: str | Path) -> dict | None:
 
 def numbered(jobs: list[list[str]], old: dict | None) -> list[dict]:
     """The manifest's cells before their folders and hashes are composed: a number per job, and
-    for a cell of an earlier manifest its folder and hash as they were — so ``sweep status`` stays
-    right when a restarted sweep is stopped while it composes the grid."""
-    known = {tuple(c["overrides"]): c for c in (old or {}).get("cells", [])}
+    for a cell of the earlier manifest (``old``, as ``read_manifest`` returns it) its folder and
+    hash as they were — so ``sweep status`` stays right when a restarted sweep is stopped while it
+    composes the grid."""
+    known = old["_by_overrides"] if old else {}
     return [{**known.get(tuple(o), {}), "cell": k, "overrides": list(o)} for k, o in enumerate(jobs)]
 
 
