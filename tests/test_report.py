@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ner_lightning.report import comparisons, load_runs, mixed_settings, paper_table, summary_table
+from ner_lightning.report import comparison_table, comparisons, load_runs, mixed_settings, paper_table, summary_table
 from ner_lightning.report.__main__ import main
 from ner_lightning.report.stats import bootstrap_mean, holm, paired_compare
 
@@ -93,6 +93,20 @@ def test_comparisons_pair_by_partition_and_holm_across_the_table(sweep):
     assert [c.p_holm for _, _, c in found] == pytest.approx(holm([c.p_wilcoxon for _, _, c in found]))
     found = comparisons(runs, ["loss", "size"], ["test.micro.f1"], "loss=ce", 2000, 0, test="ttest")
     assert [c.p_holm for _, _, c in found] == pytest.approx(holm([c.p_ttest for _, _, c in found]))
+
+
+def test_comparison_table_warns_when_too_few_pairs_for_wilcoxon_and_bootstrap(sweep, tmp_path):
+    runs, _ = load_runs([sweep])  # 4 partitions: exact two-sided Wilcoxon p ≥ 2/2^4
+    table = comparison_table(comparisons(runs, ["loss", "size"], ["test.micro.f1"], "loss=ce", 500, 0),
+                             ["loss", "size"], "loss=ce", 0.05)
+    assert "fewest: 4" in table and "0.1250" in table
+    assert min(stats.wilcoxon([1, 2, 3, 4], [0, 0, 0, 0]).pvalue, 1) == pytest.approx(0.125)
+    for p in range(6):
+        _write(tmp_path / "six", f"ce{p}", _result("ce", 20, p, 0.5 + p / 100))
+        _write(tmp_path / "six", f"mom{p}", _result("mom", 20, p, 0.52 + p / 90))
+    runs, _ = load_runs([tmp_path / "six"])
+    table = comparison_table(comparisons(runs, ["loss"], ["test.micro.f1"], "loss=ce", 500, 0), ["loss"], "loss=ce", 0.05)
+    assert "| mom | test.micro.f1 |" in table and "fewer than 6 pairs" not in table
 
 
 @pytest.mark.parametrize("written, values", [("false", (False, True)), ("null", (None, 1e-3)), ("1e-3", (1e-3, None))])

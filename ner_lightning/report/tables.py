@@ -119,6 +119,11 @@ def comparison_table(found, by: list[str], baseline: str, alpha: float, test: st
         diff = "–" if d.n == 0 else f"{d.mean:+.4f} [{_num(d.low)}, {_num(d.high)}]"
         out.append("| " + " | ".join(list(key) + [m, diff, str(c.n), _num(c.p_bootstrap), _num(c.p_wilcoxon),
                                                    _num(c.p_ttest), _num(c.p_holm), sig]) + " |")
+    few = min((c.n for _, _, c in found if 2 <= c.n < 6), default=None)
+    if few is not None:
+        out.append(f"\nRows with fewer than 6 pairs (fewest: {few}): the exact Wilcoxon p cannot fall below "
+                   f"2/2^n = {2 / 2 ** few:.4f}, and the paired bootstrap p is 0 whenever every difference has "
+                   "one sign; read the t-test, or run more partitions.")
     return "\n".join(out)
 
 
