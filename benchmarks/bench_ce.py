@@ -36,7 +36,7 @@ from hydra.utils import instantiate
 
 from ner_lightning.config import compose_config
 from ner_lightning.data.alignment import collate_features
-from ner_lightning.hardware import precision_choice
+from ner_lightning.hardware import precision_choice, reserve_heap
 from ner_lightning.run import train
 
 
@@ -283,8 +283,9 @@ def main() -> None:
         "logger=none", *args.overrides,
     ], out_dir)
     auto, why = precision_choice(str(cfg.trainer.accelerator))
+    heap = reserve_heap(cfg.malloc_top_pad_mb)  # the process's: limits, plain loop and Trainer get it too
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
-          f"{torch.get_num_threads()} threads; native precision here: {auto} ({why})", flush=True)
+          f"{torch.get_num_threads()} threads; native precision here: {auto} ({why}); {heap}", flush=True)
 
     lim = limits(cfg, args.limit_tokens, args.limit_passes)
     best = {k: max(v, key=v.get) for k, v in ((k, lim[k]) for k in ("eval", "train"))}

@@ -8,6 +8,7 @@ resolves through :func:`best_precision`; the run logs the choice and its reason.
 """
 from __future__ import annotations
 
+import ctypes
 from functools import lru_cache
 from pathlib import Path
 
@@ -86,3 +87,44 @@ def trainer_precision(precision: str, accelerator: str = "auto", plugins=None) -
         return {"precision": precision, "plugins": plugins}
     device = "cuda" if _uses_gpu(str(accelerator)) else "cpu"
     return {"precision": None, "plugins": [*(plugins or []), BF16Mixed(device)]}
+
+
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc <malloc.h>
+MMAP_THRESHOLD_MAX = 32 << 20  # the largest M_MMAP_THRESHOLD glibc accepts on 64-bit
+
+
+def _glibc():
+    """The process's C library if it is glibc (it has ``mallopt``), else None (musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
+
+
+def reserve_heap(top_pad_mb: int | None) -> str:
+    """Keep up to ``top_pad_mb`` MiB of freed heap in the process instead of returning it to the
+    kernel (glibc ``mallopt``: ``M_TOP_PAD`` and ``M_TRIM_THRESHOLD`` = the pad, blocks up to
+    ``M_MMAP_THRESHOLD`` = 32 MiB from the heap); returns a line for the log.
+
+    A training step frees and re-allocates its activations and gradients (``zero_grad`` sets them
+    to None) at sizes that change with every random batch. With glibc's adaptive defaults much of
+    that memory goes back to the kernel and is faulted in again page by page at the next step
+    (about 0.7 M minor page faults in 40 MiniLM steps on 2 CPU cores). Setting the three values
+    fixes the behaviour whatever the process allocated before (setting any one of them turns
+    glibc's adaptation off). Numerics are unchanged; ``python benchmarks/malloc_pad.py`` measures
+    steps, faults and peak memory (docs/benchmarks.md)."""
+    if top_pad_mb is None or int(top_pad_mb) == 0:
+        return "malloc: glibc's defaults (malloc_top_pad_mb: 0)"
+    if not 0 < int(top_pad_mb) < 2048:
+        raise ValueError(f"malloc_top_pad_mb={top_pad_mb}: give MiB between 1 and 2047 (a C int of bytes), "
+                         "or 0 for glibc's defaults")
+    libc = _glibc()
+    if libc is None:
+        return f"malloc: not glibc, malloc_top_pad_mb={top_pad_mb} has no effect"
+    pad = int(top_pad_mb) << 20
+    settings = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX), (M_TRIM_THRESHOLD, pad), (M_TOP_PAD, pad))
+    refused = [option for option, value in settings if libc.mallopt(option, value) != 1]
+    if refused:
+        return f"malloc: glibc refused mallopt options {refused} (malloc_top_pad_mb={top_pad_mb})"
+    return f"malloc: glibc keeps {top_pad_mb} MiB of freed heap (malloc_top_pad_mb)"

@@ -146,3 +146,49 @@ def test_trainer_precision_passes_other_names_through():
     assert trainer_precision("16-mixed", "cpu") == {"precision": "16-mixed", "plugins": None}
     args = trainer_precision("bf16-mixed", "cpu")
     assert args["precision"] is None and [type(p) for p in args["plugins"]] == [BF16Mixed]
+
+
+class FakeLibc:
+    def __init__(self, answer=1):
+        self.calls, self.answer = [], answer
+
+    def mallopt(self, option, value):
+        self.calls.append((option, value))
+        return self.answer
+
+
+def test_reserve_heap_sets_glibc_thresholds_and_pad_in_bytes(monkeypatch):
+    libc = FakeLibc()
+    monkeypatch.setattr(hardware, "_glibc", lambda: libc)
+    assert "keeps 1024 MiB" in hardware.reserve_heap(1024)
+    # glibc's <malloc.h>: M_TRIM_THRESHOLD -1, M_TOP_PAD -2, M_MMAP_THRESHOLD -3 (at most 32 MiB on 64-bit)
+    expected = [(-3, 33554432), (-1, 1073741824), (-2, 1073741824)]
+    assert libc.calls == expected
+    assert "glibc's defaults" in hardware.reserve_heap(0) and "glibc's defaults" in hardware.reserve_heap(None)
+    assert libc.calls == expected  # 0 / null: mallopt is not called
+
+
+def test_reserve_heap_reports_refusals_and_other_c_libraries(monkeypatch):
+    monkeypatch.setattr(hardware, "_glibc", lambda: FakeLibc(answer=0))
+    assert "refused" in hardware.reserve_heap(64)
+    monkeypatch.setattr(hardware, "_glibc", lambda: None)
+    assert "has no effect" in hardware.reserve_heap(64)
+
+
+@pytest.mark.parametrize("mb", [-1, 2048, 100000])
+def test_reserve_heap_rejects_sizes_a_c_int_cannot_hold(mb, toy_cfg):
+    with pytest.raises(ValueError, match="malloc_top_pad_mb"):
+        hardware.reserve_heap(mb)
+    from ner_lightning.run import train
+
+    with pytest.raises(ValueError, match=f"malloc_top_pad_mb={mb}"):  # before anything is loaded
+        train(toy_cfg(f"malloc_top_pad_mb={mb}"))
+
+
+@pytest.mark.skipif(hardware._glibc() is None, reason="glibc only")
+def test_reserve_heap_is_accepted_by_this_glibc(tmp_path):
+    from ner_lightning.config import compose_config
+
+    default = compose_config([], tmp_path).malloc_top_pad_mb
+    assert default == 1024
+    assert hardware.reserve_heap(default) == "malloc: glibc keeps 1024 MiB of freed heap (malloc_top_pad_mb)"
