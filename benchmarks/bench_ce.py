@@ -13,7 +13,8 @@
    evaluation at ``callbacks.eval_precision`` = auto, ``data.group_by_length`` as configured),
    no dev evaluation, one test evaluation.
 
-The plain loop and the Trainer train and evaluate at the framework's two precisions.
+The plain loop and the Trainer train and evaluate at the framework's two precisions, and the
+whole process (limits included) runs with the framework's heap setting (``malloc_top_pad_mb``).
 Same partition (the framework's sampler picks the sentences for all), encoder, epochs and
 batch size everywhere. Throughput = real (non-padding) sub-word tokens / wall seconds of the
 phase: train = all epochs incl. data loading and optimiser, eval = the test pass incl.

@@ -1,4 +1,5 @@
-"""The best numeric precision this machine runs natively (``trainer.precision: auto``).
+"""The best numeric precision this machine runs natively (``trainer.precision: auto``), and the
+C library's heap setting of a cell's process (``malloc_top_pad_mb``, :func:`reserve_heap`).
 
 bf16 autocast pays only where the hardware multiplies bf16 natively: GPUs with bf16 (Ampere
 and newer) and CPUs with AVX-512 BF16 or AMX. Without it PyTorch emulates bf16 and runs
