@@ -1,4 +1,5 @@
-"""Training steps and evaluation with glibc's heap defaults vs ``malloc_top_pad_mb`` (M_TOP_PAD).
+"""Training steps and evaluation with glibc's heap defaults vs ``malloc_top_pad_mb``
+(``ner_lightning.hardware.reserve_heap``).
 
 The setting is per process and cannot be undone inside one, so each measurement is a child
 process; the settings take turns, ``--rounds`` times, and the medians are compared. A child
@@ -47,7 +48,7 @@ def child(pad: int, size: int, epochs: int) -> dict:
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     tokens, seconds = 0, 0.0
     for epoch in range(1, epochs + 1):
-        loader.batch_sampler.set_epoch(epoch) if hasattr(loader.batch_sampler, "set_epoch") else loader.sampler.set_epoch(epoch)
+        loader.batch_sampler.sampler.set_epoch(epoch)  # where Lightning sets it (EpochForwarding when grouped)
         batches = list(loader)
         t = time.perf_counter()
         tokens += sum(train_step(encoder, head, opt, precision, b) for b in batches)
