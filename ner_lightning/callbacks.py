@@ -1,12 +1,13 @@
 """Lightning callbacks of our own: real (non-padding) sub-word tokens per second, the
-precision dev/test evaluation runs in, a training budget counted in batches, MUNCH-Stack's
-phases and the MUNCHABLES paper's annealing schedule."""
+precision dev/test evaluation runs in, the resume checkpoint's write interval, a training
+budget counted in batches, MUNCH-Stack's phases and the MUNCHABLES paper's annealing schedule."""
 from __future__ import annotations
 
 import logging
 import time
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 log = logging.getLogger("ner_lightning")
 
@@ -85,6 +86,38 @@ class EvalPrecision(pl.Callback):
                 self.precision, f"set in the config; auto would pick {best}: {why}")
             log.info("precision: training %s, evaluation %s (%s)", trainer.precision, self.chosen, reason)
         pl_module.eval_precision = self.chosen
+
+
+class ResumeCheckpoint(ModelCheckpoint):
+    """The full-state checkpoint (weights, optimiser, schedule, loops, RNG) a rerun resumes a
+    cell from. Written where Lightning's ``ModelCheckpoint`` would write it, but only when
+    ``min_interval_s`` seconds have passed since the previous write, or when another checkpoint
+    (the best one) was written at this step, so ``best.ckpt`` is never newer than the state a
+    rerun resumes. A crash then costs at most ``min_interval_s`` plus one epoch of recomputation,
+    and the resumed cell still ends exactly as an uninterrupted one (tests/test_launching.py).
+    ``min_interval_s: 0`` = every time (every epoch). Runs after every other checkpoint callback
+    (it moves itself to the end of ``trainer.callbacks``) to see what they wrote."""
+
+    def __init__(self, min_interval_s: float = 0.0, **kwargs):
+        if float(min_interval_s) < 0:
+            raise ValueError(f"callbacks.last_checkpoint.min_interval_s must be >= 0 seconds, got {min_interval_s}")
+        super().__init__(**kwargs)
+        self.min_interval_s = float(min_interval_s)
+        self._written_at: float | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        trainer.callbacks.remove(self)
+        trainer.callbacks.append(self)
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        others_wrote = any(cb is not self and cb._last_global_step_saved == trainer.global_step
+                           for cb in trainer.checkpoint_callbacks)
+        recent = self._written_at is not None and time.monotonic() - self._written_at < self.min_interval_s
+        if recent and not others_wrote:
+            return
+        super()._save_checkpoint(trainer, filepath)
+        self._written_at = time.monotonic()
 
 
 class BatchBudget(pl.Callback):

@@ -1,23 +1,32 @@
-"""Per-run outputs: ``results.json`` (or ``failure.json``) written atomically."""
+"""Per-run outputs: ``results.json`` (or ``failure.json``) and checkpoints, written atomically."""
 from __future__ import annotations
 
 import json
 import os
 import tempfile
 from pathlib import Path
+from typing import IO, Callable
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
+    return write_atomic(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=False, default=str).encode()))
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], object], fsync: bool = True) -> Path:
+    """Call ``write`` on a temp file in ``path``'s folder, then rename it to ``path``: a reader (or
+    a rerun after a crash) sees the old file or the new one, never half of one. ``fsync=False``
+    skips waiting for the disk (checkpoints of hundreds of MB, which ``run._loadable`` checks)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a results file is as readable as any other
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=False, default=str)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            if fsync:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -192,14 +192,18 @@ def test_results_files_are_as_readable_as_any_other(tmp_path):
     assert not list(tmp_path.glob(".results.json.*"))  # no temp file left
 
 
-def test_a_cell_resumed_from_its_last_checkpoint_ends_as_an_uninterrupted_one(toy_cfg, tmp_path, monkeypatch):
-    """Kill after epoch 1 (last.ckpt written), resume: same dev history, test scores, steps and
-    counters as the run that was never interrupted (batch order, RNG, optimiser, schedule)."""
+@pytest.mark.parametrize("min_interval_s", [0, 3600])
+def test_a_cell_resumed_from_its_last_checkpoint_ends_as_an_uninterrupted_one(toy_cfg, tmp_path, monkeypatch, min_interval_s):
+    """Kill after epoch 1, resume from last.ckpt: same dev history, test scores, steps and
+    counters as the run that was never interrupted (batch order, RNG, optimiser, schedule) —
+    whether last.ckpt holds epoch 1 (written every epoch) or an earlier one (written at most once
+    an hour, and when best.ckpt was: epoch 0 and any later epoch that improved dev F1)."""
     import pytorch_lightning as pl
 
     from ner_lightning.run import train
 
-    overrides = ("trainer.max_epochs=3", "trainer.min_epochs=3", "data.batch_size=4", "size=12")
+    overrides = ("trainer.max_epochs=3", "trainer.min_epochs=3", "data.batch_size=4", "size=12",
+                 f"callbacks.last_checkpoint.min_interval_s={min_interval_s}")
     whole = train(toy_cfg(*overrides))
     (tmp_path / "run" / "results.json").unlink()  # same folder: as main() does when a cell restarts
 
@@ -217,6 +221,9 @@ def test_a_cell_resumed_from_its_last_checkpoint_ends_as_an_uninterrupted_one(to
     monkeypatch.undo()
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert last.is_file() and not (tmp_path / "run" / "results.json").exists()
+    saved_epoch = torch.load(last, weights_only=False)["epoch"]
+    best = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=False)["epoch"]
+    assert saved_epoch == (1 if min_interval_s == 0 else best)  # best.ckpt is never newer than last.ckpt
     resumed = train(toy_cfg(*overrides), resume=last)
     assert resumed["resumed_from"] == str(last)
     assert resumed["dev"] == whole["dev"] and resumed["best_epoch"] == whole["best_epoch"]
