@@ -112,10 +112,11 @@ def test_begin_drops_stale_files_and_resumes_only_the_same_config(tmp_path, toy_
         (out / name).write_text("{}")
     (ck / "last.ckpt").write_text("x")
     (ck / "best.ckpt").write_text("x")
+    (ck / ".last.ckpt.k2j4.tmp").write_text("x")  # StreamingCheckpointIO's temp file of a SIGKILLed write
     prefix, resume = cells.begin(toy_cfg(), out, ["loss=ce"], "sha-A", {"accelerator": "cpu"})
     assert prefix == "run" and resume is None  # no cell.json before: another (unknown) config
     assert not (out / "failure.json").exists() and not (out / "results.json").exists()
-    assert not list(ck.glob("*.ckpt"))
+    assert not list(ck.iterdir())
     (ck / "last.ckpt").write_text("x")
     _, resume = cells.begin(toy_cfg(), out, ["loss=ce"], "sha-A", {})
     assert resume == ck / "last.ckpt"

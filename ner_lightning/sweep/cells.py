@@ -104,9 +104,9 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     same = previous is not None and previous.get("config_sha256") == sha
     for name in (RESULTS, FAILURE):
         (out_dir / name).unlink(missing_ok=True)
-    for tmp in out_dir.glob(".*.tmp"):  # a half-written JSON of an attempt SIGKILLed mid-write
-        tmp.unlink(missing_ok=True)
     ckpt_dir = out_dir / CHECKPOINT_DIR
+    for tmp in [*out_dir.glob(".*.tmp"), *ckpt_dir.glob(".*.tmp")]:  # half-written JSON / checkpoint of a SIGKILLed attempt
+        tmp.unlink(missing_ok=True)
     last = ckpt_dir / LAST_CHECKPOINT
     if not same and ckpt_dir.exists():
         for f in ckpt_dir.glob("*.ckpt"):
