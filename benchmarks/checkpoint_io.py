@@ -3,20 +3,22 @@ one per way of writing them, taking turns over several rounds.
 
     python benchmarks/checkpoint_io.py [--epochs 8] [--rounds 3] [--variants a,b] [--out F] [overrides ...]
 
-Each child runs ``ner_lightning.run.train`` and reports the seconds the training process spent
-inside ``Trainer.save_checkpoint`` (best.ckpt when dev improves, last.ckpt for resume), the fit
-phase, and its peak resident memory. Variants:
+Each child runs ``ner_lightning.run.train`` and reports the checkpoints written to disk
+(best.ckpt, last.ckpt for resume), the seconds the training process spent writing them (and
+copying a held best.ckpt), the fit phase, and its peak resident memory. Variants:
 
 * ``lightning_every_epoch``: Lightning's own writer (``trainer.plugins=[]``: the whole checkpoint
-  serialised into memory, copied, then written) and last.ckpt after every epoch (the setting
-  before session 17);
+  serialised into memory, copied, then written), best.ckpt written at every improvement and
+  last.ckpt after every epoch (the setting before session 17);
 * ``streaming_every_epoch``: ``StreamingCheckpointIO`` (straight into a temp file, renamed),
-  last.ckpt after every epoch;
+  otherwise as before;
 * ``async_streaming_every_epoch``: the same inside Lightning's experimental ``AsyncCheckpointIO``
   (written by a background thread after a copy of the state);
-* ``default``: the configuration as shipped (streaming, last.ckpt at most every 60 s and
-  whenever best.ckpt is written);
-* ``no_resume_checkpoint``: ``~callbacks.last_checkpoint`` (best.ckpt only: the floor).
+* ``best_at_once_last_every_60s``: streaming, last.ckpt at most every 60 s but with every
+  best.ckpt, which is written at once (``callbacks.model_checkpoint.hold=false``);
+* ``default``: as shipped: streaming, a new best held in memory and written just before each
+  last.ckpt (at most every 60 s) and at the end of training;
+* ``no_resume_checkpoint``: ``~callbacks.last_checkpoint`` (no resume; best.ckpt once, at the end).
 """
 from __future__ import annotations
 
@@ -31,12 +33,15 @@ import time
 from pathlib import Path
 
 STREAM = "{_target_:ner_lightning.checkpoint_io.StreamingCheckpointIO}"
+AT_ONCE = ["callbacks.model_checkpoint.hold=false"]
+EVERY_EPOCH = [*AT_ONCE, "callbacks.last_checkpoint.min_interval_s=0"]
 VARIANTS = {
-    "lightning_every_epoch": ["trainer.plugins=[]", "callbacks.last_checkpoint.min_interval_s=0"],
-    "streaming_every_epoch": ["callbacks.last_checkpoint.min_interval_s=0"],
+    "lightning_every_epoch": ["trainer.plugins=[]", *EVERY_EPOCH],
+    "streaming_every_epoch": EVERY_EPOCH,
     "async_streaming_every_epoch": [
         f"trainer.plugins=[{{_target_:pytorch_lightning.plugins.io.AsyncCheckpointIO,checkpoint_io:{STREAM}}}]",
-        "callbacks.last_checkpoint.min_interval_s=0"],
+        *EVERY_EPOCH],
+    "best_at_once_last_every_60s": AT_ONCE,
     "default": [],
     "no_resume_checkpoint": ["~callbacks.last_checkpoint"],
 }
@@ -48,18 +53,28 @@ def child(overrides: list[str]) -> None:
     from ner_lightning.config import compose_config
     from ner_lightning.run import train
 
+    from pytorch_lightning.strategies import Strategy
+
+    from ner_lightning.callbacks import BestCheckpoint
+
     spent = {"seconds": 0.0, "writes": 0}
-    save = pl.Trainer.save_checkpoint
 
-    def timed(self, *a, **k):
-        t = time.perf_counter()
-        try:
-            return save(self, *a, **k)
-        finally:
-            spent["seconds"] += time.perf_counter() - t
-            spent["writes"] += 1
+    def timed(method, counts: bool):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return method(*a, **k)
+            finally:
+                spent["seconds"] += time.perf_counter() - t
+                spent["writes"] += counts
+        return wrapper
 
-    pl.Trainer.save_checkpoint = timed
+    # every checkpoint that reaches the disk (Trainer.save_checkpoint and a held best.ckpt both go
+    # through the strategy), and the copy a held best.ckpt takes (time only: nothing written)
+    Strategy.save_checkpoint = timed(Strategy.save_checkpoint, True)
+    hold = BestCheckpoint._save_checkpoint
+    BestCheckpoint._save_checkpoint = lambda self, trainer, path: (
+        timed(hold, False) if self.hold else hold)(self, trainer, path)
     cfg = compose_config(["trainer.enable_progress_bar=false", "logger=none", *overrides], tempfile.mkdtemp())
     res = train(cfg)
     print(json.dumps({"save_s": round(spent["seconds"], 2), "writes": spent["writes"], "fit_s": res["phase_s"]["fit"],

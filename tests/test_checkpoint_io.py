@@ -1,5 +1,5 @@
 """Checkpoints: written straight to a temp file and renamed (ner_lightning/checkpoint_io.py), and
-when the resume checkpoint is written (callbacks.ResumeCheckpoint)."""
+when the best and resume checkpoints reach the disk (callbacks.BestCheckpoint, ResumeCheckpoint)."""
 import os
 import stat
 from types import SimpleNamespace
@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from ner_lightning import callbacks
 from ner_lightning.checkpoint_io import StreamingCheckpointIO
@@ -104,14 +105,55 @@ def test_the_resume_checkpoint_waits_its_interval_unless_the_best_one_was_just_w
         callbacks.ResumeCheckpoint(min_interval_s=-1)
 
 
+def test_a_held_best_checkpoint_reaches_the_disk_just_before_the_resume_checkpoint(tmp_path, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    weights = torch.zeros(3)
+    writes = []
+    trainer = SimpleNamespace(global_step=0, is_global_zero=True, loggers=[])
+    trainer._checkpoint_connector = SimpleNamespace(
+        dump_checkpoint=lambda weights_only: {"state_dict": {"w": weights}, "global_step": trainer.global_step})
+    trainer.strategy = SimpleNamespace(save_checkpoint=lambda ck, path: writes.append((os.path.basename(path), ck["global_step"], ck["state_dict"]["w"].tolist())))
+    trainer.save_checkpoint = lambda path, weights_only: writes.append((os.path.basename(path), trainer.global_step, None))
+    best = callbacks.BestCheckpoint(dirpath=tmp_path, filename="best", save_weights_only=True)
+    resume = callbacks.ResumeCheckpoint(min_interval_s=60, dirpath=tmp_path, filename="last")
+    trainer.checkpoint_callbacks = [best, resume]
+
+    def epoch_end(step: int, seconds_later: float, improved: bool) -> None:
+        clock[0] += seconds_later
+        trainer.global_step = step
+        weights.fill_(step)  # training moves the weights in place
+        if improved:
+            best._save_checkpoint(trainer, str(tmp_path / "best.ckpt"))
+        resume._save_checkpoint(trainer, str(tmp_path / "last.ckpt"))
+
+    epoch_end(7, 5, improved=True)    # first write: the held best, then last
+    epoch_end(14, 5, improved=True)   # held, and no last.ckpt for it
+    epoch_end(21, 5, improved=False)
+    assert writes == [("best.ckpt", 7, [7.0] * 3), ("last.ckpt", 7, None)]
+    epoch_end(28, 60, improved=False)  # a minute later: step 14's weights (a copy, not the live ones), then last
+    assert writes[2:] == [("best.ckpt", 14, [14.0] * 3), ("last.ckpt", 28, None)]
+    epoch_end(35, 1, improved=True)
+    best.on_train_end(trainer, None)  # the end of training writes what is held
+    assert writes[4:] == [("best.ckpt", 35, [35.0] * 3)]
+    best.write_held(trainer)
+    assert len(writes) == 5  # nothing held any more
+
+    unheld = callbacks.BestCheckpoint(hold=False, dirpath=tmp_path, filename="best", save_weights_only=True)
+    trainer.checkpoint_callbacks, writes[:] = [unheld, resume], []
+    epoch_end(42, 1, improved=False)
+    unheld._save_checkpoint(trainer, str(tmp_path / "best.ckpt"))  # written at once, as Lightning does ...
+    resume._save_checkpoint(trainer, str(tmp_path / "last.ckpt"))  # ... so last.ckpt is written with it
+    assert writes == [("best.ckpt", 42, None), ("last.ckpt", 42, None)]
+
+
 def test_the_resume_checkpoint_runs_after_the_other_checkpoint_callbacks(toy_cfg):
     from hydra.utils import instantiate
-    from pytorch_lightning.callbacks import ModelCheckpoint
 
     cfg = toy_cfg()
     resume = instantiate(cfg.callbacks.last_checkpoint)
     best = instantiate(cfg.callbacks.model_checkpoint)
     trainer = instantiate(cfg.trainer, callbacks=[resume, best], logger=False)
     resume.setup(trainer, None, "fit")
-    assert [type(c) for c in trainer.callbacks if isinstance(c, ModelCheckpoint)] == [ModelCheckpoint, callbacks.ResumeCheckpoint]
-    assert trainer.checkpoint_callback is best  # the run tests the best one
+    assert [type(c) for c in trainer.callbacks if isinstance(c, ModelCheckpoint)] == [callbacks.BestCheckpoint, callbacks.ResumeCheckpoint]
+    assert trainer.checkpoint_callback is best and best.hold  # the run tests the best one
