@@ -35,7 +35,8 @@ def run(checkout: Path, out: Path, overrides: list[str]) -> dict:
     return {"wall_s": wall, "phase_s": res["phase_s"], "best_epoch": res["best_epoch"], "epochs": res["epochs"],
             "dev_f1": res["dev_monitor"], "test_f1": res["test"]["micro"]["f1"],
             "eval_s": res["throughput"]["eval_seconds"], "train_s": res["throughput"]["train_seconds"],
-            "precision": res.get("precision")}
+            "precision": res.get("precision"), "throughput": res["throughput"],
+            "max_epochs": res["config"]["trainer"]["max_epochs"]}
 
 
 def main() -> None:

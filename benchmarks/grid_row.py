@@ -3,8 +3,9 @@
 
     python benchmarks/grid_row.py [--measure 20,200,1000] [--partitions 30] [--out F] [overrides ...]
 
-Runs ``python -m ner_lightning.run size=S partition=0 <overrides>`` (the default protocol unless
-overridden: CE, MiniLM, full dev after every epoch, early stopping) at each measured size, fits
+Runs ``python -m ner_lightning.run size=S partition=0 <overrides>`` (with ``default_job.run``;
+the default protocol unless overridden: CE, MiniLM, full dev after every epoch, early stopping)
+at each measured size, fits
 seconds per epoch = a + b·size over those cells (a: the dev evaluation and the epoch's fixed
 costs, b: training per sentence) and predicts every size of the row:
 
@@ -19,15 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from default_job import REPO, run  # the same subprocess run of one cell and its results.json
 
-REPO = Path(__file__).resolve().parents[1]
 PAPER_SIZES = (20, 50, 100, 150, 200, 250, 300, 350, 400, 450, 500, 1000)  # AUC-2T paper, Table 2
 
 
@@ -36,28 +35,19 @@ def device_name() -> str:
 
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return f"CPU: {cpu}, {torch.get_num_threads()} threads"
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    return f"CPU: {model}, {torch.get_num_threads()} threads"
 
 
 def run_cell(size: int, out: Path, overrides: list[str]) -> dict:
-    from ner_lightning.config import compose_config
-
-    data_dir = compose_config([], out.parent / "_compose").paths.data_dir
-    cmd = [sys.executable, "-m", "ner_lightning.run", f"hydra.run.dir={out}", f"paths.data_dir={data_dir}",
-           "trainer.enable_progress_bar=false", f"size={size}", "partition=0", *overrides]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
-    res = json.loads((out / "results.json").read_text())
-    epochs = res["epochs"]
-    tp = res["throughput"]
-    return {"size": size, "wall_s": round(wall, 1), "fit_s": res["phase_s"]["fit"], "epochs": epochs,
-            "epoch_s": round(res["phase_s"]["fit"] / epochs, 3), "fixed_s": round(wall - res["phase_s"]["fit"], 1),
-            "max_epochs": res["config"]["trainer"]["max_epochs"], "test_f1": res["test"]["micro"]["f1"],
-            "train_tok_per_s": tp.get("train_tokens_per_s"), "eval_tok_per_s": tp.get("eval_tokens_per_s"),
-            "precision": res.get("precision")}
+    r = run(REPO, out, [f"size={size}", "partition=0", *overrides])
+    return {"size": size, "wall_s": round(r["wall_s"], 1), "fit_s": r["phase_s"]["fit"], "epochs": r["epochs"],
+            "epoch_s": round(r["phase_s"]["fit"] / r["epochs"], 3), "fixed_s": round(r["wall_s"] - r["phase_s"]["fit"], 1),
+            "max_epochs": r["max_epochs"], "test_f1": r["test_f1"], "precision": r["precision"],
+            "train_tok_per_s": r["throughput"].get("train_tokens_per_s"),
+            "eval_tok_per_s": r["throughput"].get("eval_tokens_per_s")}
 
 
 def extrapolate(cells: list[dict], sizes: tuple[int, ...], partitions: int) -> dict:
@@ -98,6 +88,9 @@ def main() -> None:
         print(f"{c['wall_s']:.0f} s, {c['epochs']} epochs of {c['epoch_s']:.2f} s, train {c['train_tok_per_s']} tok/s, "
               f"eval {c['eval_tok_per_s']} tok/s, test F1 {c['test_f1']:.4f}", flush=True)
     ex = extrapolate(cells, PAPER_SIZES, args.partitions)
+    if ex["b_s_per_sentence"] <= 0:
+        print("warning: seconds per epoch do not grow with size here (sizes too close, or too few epochs to time): "
+              "the extrapolation below is not meaningful; measure sizes further apart", flush=True)
     print(f"seconds per epoch = {ex['a_s']:.2f} + {ex['b_s_per_sentence']:.5f} × size; start-up, set-up and test "
           f"{ex['fixed_s']:.0f} s a cell")
     print(f"{'size':>6}{'s/epoch':>9}{'epochs (measured, interp.)':>28}{'cell s @ max':>14}{'cell s @ measured':>19}")
