@@ -1,5 +1,7 @@
-"""The best numeric precision this machine runs natively (``trainer.precision: auto``), and the
-C library's heap setting of a cell's process (``malloc_top_pad_mb``, :func:`reserve_heap`).
+"""The best numeric precision this machine runs natively (``trainer.precision: auto``), and two
+process settings of a cell: the C library's heap (``malloc_top_pad_mb``, :func:`reserve_heap`) and
+torch's fill of new tensors under deterministic algorithms (``fill_uninitialized_memory``,
+:func:`fill_uninitialized_memory`).
 
 bf16 autocast pays only where the hardware multiplies bf16 natively: GPUs with bf16 (Ampere
 and newer) and CPUs with AVX-512 BF16 or AMX. Without it PyTorch emulates bf16 and runs
@@ -13,6 +15,7 @@ import ctypes
 from functools import lru_cache
 from pathlib import Path
 
+import torch.utils.deterministic
 from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 from pytorch_lightning.utilities import GradClipAlgorithmType
 
@@ -129,3 +132,17 @@ def reserve_heap(top_pad_mb: int | None) -> str:
     if refused:
         return f"malloc: glibc refused mallopt options {refused} (malloc_top_pad_mb={top_pad_mb})"
     return f"malloc: glibc keeps {top_pad_mb} MiB of freed heap (malloc_top_pad_mb)"
+
+
+def fill_uninitialized_memory(fill: bool) -> str:
+    """Whether torch writes NaN (the largest integer for integer tensors) into every new tensor
+    while deterministic algorithms are on (``trainer.deterministic``; torch's default: yes). The
+    fill guards against reading memory no operation wrote, which no operation of a correct run
+    does, so the numbers are the same either way; it writes every activation, gradient and output
+    once more before the operation that creates it writes it (``python
+    benchmarks/uninitialized_fill.py``: docs/benchmarks.md). Returns a line for the log."""
+    if not isinstance(fill, bool):
+        raise ValueError(f"fill_uninitialized_memory={fill!r}: give true or false")
+    torch.utils.deterministic.fill_uninitialized_memory = fill
+    return ("new tensors filled with NaN under deterministic algorithms (fill_uninitialized_memory: true)" if fill
+            else "new tensors not pre-filled (fill_uninitialized_memory: false)")

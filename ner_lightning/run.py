@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning.callbacks import AuxiliaryPhases, TokenThroughput
-from ner_lightning.hardware import reserve_heap, trainer_precision
+from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
 from ner_lightning.results import best_epoch, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells, devices
 
@@ -79,6 +79,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: dict | None = None)
     out_dir = Path(cfg.paths.output_dir)
     pl.seed_everything(cfg.init_seed, workers=True)
     log.info("%s | %s", prefix, reserve_heap(cfg.malloc_top_pad_mb))
+    log.info("%s | %s", prefix, fill_uninitialized_memory(cfg.fill_uninitialized_memory))
 
     _check_protocol(cfg)
     encoder = instantiate(cfg.model)

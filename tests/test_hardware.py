@@ -192,3 +192,43 @@ def test_reserve_heap_is_accepted_by_this_glibc(tmp_path):
     default = compose_config([], tmp_path).malloc_top_pad_mb
     assert default == 1024
     assert hardware.reserve_heap(default) == "malloc: glibc keeps 1024 MiB of freed heap (malloc_top_pad_mb)"
+
+
+@pytest.fixture
+def restore_fill():
+    import torch.utils.deterministic
+
+    before = torch.utils.deterministic.fill_uninitialized_memory
+    yield
+    torch.utils.deterministic.fill_uninitialized_memory = before
+
+
+def test_fill_uninitialized_memory_sets_torchs_flag_and_rejects_non_booleans(restore_fill):
+    import torch
+
+    was = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # as trainer.deterministic: warn
+    try:
+        assert "not pre-filled" in hardware.fill_uninitialized_memory(False)
+        assert torch.utils.deterministic.fill_uninitialized_memory is False
+        assert "NaN" in hardware.fill_uninitialized_memory(True)
+        assert torch.empty(64).isnan().all()  # torch's guard, on again
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+    for bad in ("no", 0, None):
+        with pytest.raises(ValueError, match="fill_uninitialized_memory"):
+            hardware.fill_uninitialized_memory(bad)
+
+
+def test_a_cell_applies_fill_uninitialized_memory_from_its_config(toy_cfg, restore_fill, tmp_path):
+    import torch.utils.deterministic
+
+    from ner_lightning.config import compose_config
+    from ner_lightning.run import train
+
+    assert compose_config([], tmp_path / "default").fill_uninitialized_memory is False  # the default
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    train(toy_cfg("trainer.max_epochs=1"))
+    assert torch.utils.deterministic.fill_uninitialized_memory is False
+    train(toy_cfg("trainer.max_epochs=1", "fill_uninitialized_memory=true"))
+    assert torch.utils.deterministic.fill_uninitialized_memory is True
