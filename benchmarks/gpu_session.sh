@@ -13,12 +13,13 @@
 #
 # `bench` runs `make bench`'s benchmark (benchmarks/bench_ce.py) and the paper grid row
 # (benchmarks/grid_row.py) on the GPU and writes their JSON and logs to $OUT. The grid row's
-# cells log with logger=csv (wandb is not on the machine; bench_ce.py logs nothing anyway). Extra arguments of `bench` go to grid_row.py
-# (e.g. --measure 20,1000), BENCH_CE_ARGS to bench_ce.py. Without a GPU it runs on the CPU: a
+# cells log with logger=csv (wandb is not on the machine; bench_ce.py logs nothing anyway).
+# Extra arguments of `bench` go to grid_row.py (e.g. --measure 20,1000), BENCH_CE_ARGS to
+# bench_ce.py. Without a GPU it runs on the CPU: a
 # local check of the mechanics in a virtual environment holding only the device's packages:
 #   PY=/tmp/devsim/bin/python bash benchmarks/gpu_session.sh stage
 #   PY=/tmp/devsim/bin/python BENCH_CE_ARGS="--epochs 1 --limit-passes 1 --skip plain,hf_trainer" \
-#     bash benchmarks/gpu_session.sh bench --measure 20,50 trainer.max_epochs=2 data.dev_size=100
+#     bash benchmarks/gpu_session.sh bench --measure 20,50 trainer.max_epochs=2 trainer.min_epochs=1 data.dev_size=100
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=/tmp/nerl  # on the device machine: installed wheels, data, model
@@ -69,7 +70,7 @@ bench)
     2>&1 | tee "$out/grid_row_gpu.log"
   ;;
 *)
-  sed -n '2,21p' "$0"
+  sed -n '2,22p' "$0"
   exit 2
   ;;
 esac
