@@ -326,8 +326,7 @@ def main() -> None:
     again = limits(cfg, args.limit_tokens, args.limit_passes)
     _print_limits(again, "after the runs")
     lim = _faster(first, again)
-    best = {k: max(lim["eval_sample" if k == "eval" else k], key=lim["eval_sample" if k == "eval" else k].get)
-            for k in ("eval", "train")}
+    best = {"eval": max(lim["eval_sample"], key=lim["eval_sample"].get), "train": max(lim["train"], key=lim["train"].get)}
     print(f"limits: the faster of the two measurements -> train {best['train']} {lim['train'][best['train']]:,.0f} tok/s, "
           f"eval {best['eval']} {lim['eval'][best['eval']]:,.0f} tok/s on the whole test split", flush=True)
     for r in rows.values():
