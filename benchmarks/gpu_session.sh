@@ -33,9 +33,8 @@ bundle)
   mkdir -p .device_a/wheels .device_a/data .device_a/model .device_b
   # The packages the device image lacks, as the versions installed here; pure Python, so the
   # device's Python 3.12 takes them (antlr4's runtime is an sdist: built into a wheel here).
-  "$PY" -m pip wheel -q --no-deps -w .device_a/wheels \
-    "$("$PY" -m pip freeze | grep -i '^hydra-core==')" "$("$PY" -m pip freeze | grep -i '^omegaconf==')" \
-    "$("$PY" -m pip freeze | grep -i '^antlr4-python3-runtime==')" "$("$PY" -m pip freeze | grep -i '^pytorch-crf==')"
+  mapfile -t pins < <("$PY" -m pip freeze | grep -i -E '^(hydra-core|omegaconf|antlr4-python3-runtime|pytorch-crf)==')
+  "$PY" -m pip wheel -q --no-deps -w .device_a/wheels "${pins[@]}"
   cp -r "$data/conll2003" .device_a/data/
   find "$model" -maxdepth 1 -type f ! -name model.safetensors -exec cp {} .device_a/model/ \;
   size=$(stat -c %s "$model/model.safetensors")
