@@ -301,8 +301,8 @@ def main() -> None:
         f"dataset={args.dataset}", f"model={args.model}", "loss=ce", f"size={args.size}",
         f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false",
         "trainer.enable_progress_bar=false", "callbacks=none",
-        "+callbacks.token_throughput._target_=ner_lightning.callbacks.TokenThroughput",
-        "+callbacks.eval_precision._target_=ner_lightning.callbacks.EvalPrecision", "+callbacks.eval_precision.precision=auto",
+        "+callbacks.token_throughput._target_=ner_lightning.callbacks.monitoring.TokenThroughput",
+        "+callbacks.eval_precision._target_=ner_lightning.callbacks.monitoring.EvalPrecision", "+callbacks.eval_precision.precision=auto",
         "logger=none", *args.overrides,
     ], out_dir)
     auto, why = precision_choice(str(cfg.trainer.accelerator))

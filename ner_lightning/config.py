@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "conf"
@@ -67,8 +67,6 @@ def compose_config(overrides: list[str], output_dir: str | Path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
@@ -78,4 +76,25 @@ def compose_config(overrides: list[str], output_dir: str | Path):
     HydraConfig().set_config(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
+    return apply_objective_requirements(cfg)
+
+
+def apply_objective_requirements(cfg: DictConfig) -> DictConfig:
+    """Fill in what the objective family (``cfg.loss._target_``) requires of the data, in one
+    place instead of loss configs writing into the data group: ``data.framing`` (null = the
+    family's ``framing``, an explicit conflicting value is refused) and ``data.label_scheme``
+    (null = untyped for families with ``untyped_spans``, else typed). Runs before the data
+    module is built; the cell's identity is the config as composed, before this."""
+    from hydra.utils import get_class
+
+    family = get_class(cfg.loss._target_)
+    data = cfg.data
+    with open_dict(cfg):
+        if data.get("framing") is None:
+            data.framing = family.framing
+        elif data.framing != family.framing:
+            raise ValueError(f"loss={cfg.loss._target_.rsplit('.', 1)[-1]} reads data.framing={family.framing} inputs, "
+                             f"but data.framing={data.framing} was set: drop the data.framing override")
+        if data.get("label_scheme") is None:
+            data.label_scheme = "untyped" if family.untyped_spans else "typed"
     return cfg

@@ -119,19 +119,19 @@ def reserve_heap(top_pad_mb: int | None) -> str:
     glibc's adaptation off). Numerics are unchanged; ``python benchmarks/malloc_pad.py`` measures
     steps, faults and peak memory (docs/benchmarks.md)."""
     if top_pad_mb is None or int(top_pad_mb) == 0:
-        return "malloc: glibc's defaults (malloc_top_pad_mb: 0)"
+        return "malloc: glibc's defaults (runtime.malloc_top_pad_mb: 0)"
     if not 0 < int(top_pad_mb) < 2048:
-        raise ValueError(f"malloc_top_pad_mb={top_pad_mb}: give MiB between 1 and 2047 (a C int of bytes), "
+        raise ValueError(f"runtime.malloc_top_pad_mb={top_pad_mb}: give MiB between 1 and 2047 (a C int of bytes), "
                          "or 0 for glibc's defaults")
     libc = _glibc()
     if libc is None:
-        return f"malloc: not glibc, malloc_top_pad_mb={top_pad_mb} has no effect"
+        return f"malloc: not glibc, runtime.malloc_top_pad_mb={top_pad_mb} has no effect"
     pad = int(top_pad_mb) << 20
     settings = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX), (M_TRIM_THRESHOLD, pad), (M_TOP_PAD, pad))
     refused = [option for option, value in settings if libc.mallopt(option, value) != 1]
     if refused:
-        return f"malloc: glibc refused mallopt options {refused} (malloc_top_pad_mb={top_pad_mb})"
-    return f"malloc: glibc keeps {top_pad_mb} MiB of freed heap (malloc_top_pad_mb)"
+        return f"malloc: glibc refused mallopt options {refused} (runtime.malloc_top_pad_mb={top_pad_mb})"
+    return f"malloc: glibc keeps {top_pad_mb} MiB of freed heap (runtime.malloc_top_pad_mb)"
 
 
 def fill_uninitialized_memory(fill: bool) -> str:
@@ -142,7 +142,7 @@ def fill_uninitialized_memory(fill: bool) -> str:
     once more before the operation that creates it writes it (``python
     benchmarks/uninitialized_fill.py``: docs/benchmarks.md). Returns a line for the log."""
     if not isinstance(fill, bool):
-        raise ValueError(f"fill_uninitialized_memory={fill!r}: give true or false")
+        raise ValueError(f"runtime.fill_uninitialized_memory={fill!r}: give true or false")
     torch.utils.deterministic.fill_uninitialized_memory = fill
     return ("new tensors filled with NaN under deterministic algorithms (fill_uninitialized_memory: true)" if fill
             else "new tensors not pre-filled (fill_uninitialized_memory: false)")

@@ -3,8 +3,9 @@
 Every loss implements ``per_token`` (N,) and averages it over the N real words it is given
 (padding and non-first sub-tokens are never passed in). ``sentence`` (N,) says which example
 each word belongs to; only MoM uses it. Losses that depend on the training data's label
-counts (weighted CE) implement ``fit_counts(counts)``; the module calls it once with the label
-counts of the training set it trains on.
+counts (weighted CE) override ``fit_counts(counts)``; the family calls it once with the label
+counts of the training set it trains on. A new loss is a subclass here (or anywhere importable)
+plus ``conf/token_loss/<name>.yaml`` naming it as ``_target_``.
 """
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from torch import nn
 
 
 class TokenLoss(nn.Module):
+    """A loss over the real words of a batch. Every family that takes a token loss (the softmax
+    heads of ``loss=ce`` and its variants, MoM's base, the MRC heads, each corpus's head in a
+    multi-corpus run) receives an instance of a subclass, built by Hydra from
+    ``conf/token_loss/<name>.yaml``."""
+
     def per_token(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def fit_counts(self, counts: torch.Tensor) -> None:
+        """Called once with the label counts of the training set; only the weighted losses use them."""
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor, sentence: torch.Tensor | None = None):
         return self.per_token(logits, targets).mean()
@@ -121,7 +130,7 @@ class DiceLoss(TokenLoss):
 
     def per_token(self, logits, targets):
         if self.level == "set":
-            raise ValueError("set-level Dice has no per-token loss (MoM over Dice needs loss_args.dice_level=token)")
+            raise ValueError("set-level Dice has no per-token loss (as MoM's base, Dice needs level=token)")
         numerator, denominator = self._terms(logits, targets)
         return 1 - ((numerator + self.delta) / (denominator + self.delta)).mean(-1)
 
@@ -133,18 +142,8 @@ class DiceLoss(TokenLoss):
         return 1 - (dsc[1] if dsc.numel() == 2 else dsc.mean())
 
 
-BASE_LOSSES = {
-    "ce": lambda cfg: CrossEntropy(),
-    "wce1": lambda cfg: WeightedCrossEntropy("inverse_frequency"),
-    "wce2": lambda cfg: WeightedCrossEntropy("log_ratio", cfg["beta"]),
-    "focal": lambda cfg: FocalLoss(cfg["gamma"]),
-    "dice": lambda cfg: DiceLoss(cfg["epsilon"], cfg["delta"], "li2020"),
-    "dice_eq6": lambda cfg: DiceLoss(cfg["epsilon"], cfg["delta"], "eq6"),
-}
-
-
 class MoMLoss(TokenLoss):
-    """MoM learning (MoM paper eqs. 1-3): λ·L + (1 − λ)·L_MoM.
+    """MoM learning (MoM paper eqs. 1-3): λ·L + (1 − λ)·L_MoM over any per-token ``base`` loss.
 
     L is the base loss averaged over the batch's words; L_MoM = mean over the batch's sentences
     n of (1/M) Σ_{i in n, y_i = O} ℓ(y_i, p_i) (eq. 1). ``m``: an int is the paper's constant M,
@@ -157,19 +156,14 @@ class MoMLoss(TokenLoss):
     O-class errors, as the paper describes. λ = 1 gives the base loss exactly.
     """
 
-    def __init__(self, base: str, lam: float, m: int | str = 128, outside_id: int = 0, gamma: float = 2.0,
-                 beta: float = 1.0, epsilon: float = 1.0, delta: float = 1.0):
+    def __init__(self, base: TokenLoss, lam: float, m: int | str = 128, outside_id: int = 0):
         super().__init__()
-        if base not in BASE_LOSSES:
-            raise ValueError(f"loss.token_loss.base must be one of {sorted(BASE_LOSSES)}, got {base!r}")
         if m != "sentence" and not (isinstance(m, int) and m > 0):
             raise ValueError(f"loss.token_loss.m must be a positive int (the paper's M = 128) or 'sentence', got {m!r}")
-        self.base = BASE_LOSSES[base](dict(gamma=gamma, beta=beta, epsilon=epsilon, delta=delta))
-        self.lam, self.m, self.outside_id = lam, m, outside_id
+        self.base, self.lam, self.m, self.outside_id = base, lam, m, outside_id
 
     def fit_counts(self, counts: torch.Tensor) -> None:
-        if hasattr(self.base, "fit_counts"):
-            self.base.fit_counts(counts)
+        self.base.fit_counts(counts)
 
     def forward(self, logits, targets, sentence=None):
         if sentence is None:
@@ -180,17 +174,3 @@ class MoMLoss(TokenLoss):
         m = length[sent].to(per.dtype) if self.m == "sentence" else float(self.m)
         l_mom = (per * outside / m).sum() / len(length)
         return self.lam * per.mean() + (1 - self.lam) * l_mom
-
-
-def token_loss_by_name(name: str, gamma: float, beta: float, epsilon: float, delta: float, dice_level: str,
-                       dice_square: bool, base: str, lam: float, m: int | str) -> TokenLoss:
-    """A token loss chosen by name (``loss.token_loss=...`` of ``loss=mrc``): one of
-    ``BASE_LOSSES`` with its hyperparameters (dice: ``dice_level`` token | set, ``dice_square``), or ``mom`` =
-    MoM learning over ``base`` (per-token losses only: MoM's L_MoM sums over O-tokens)."""
-    if name == "mom":
-        return MoMLoss(base, lam, m, outside_id=0, gamma=gamma, beta=beta, epsilon=epsilon, delta=delta)
-    if name not in BASE_LOSSES:
-        raise ValueError(f"loss.token_loss must be one of {sorted(BASE_LOSSES) + ['mom']}, got {name!r}")
-    if name in ("dice", "dice_eq6"):
-        return DiceLoss(epsilon, delta, "li2020" if name == "dice" else "eq6", dice_level, dice_square)
-    return BASE_LOSSES[name](dict(gamma=gamma, beta=beta, epsilon=epsilon, delta=delta))

@@ -1,11 +1,71 @@
-"""Per-run outputs: ``results.json`` (or ``failure.json``) and checkpoints, written atomically."""
+"""Per-run outputs: ``results.json`` (or ``failure.json``) and checkpoints, written atomically.
+
+:class:`CellResult` is the schema of ``results.json``: the training side fills it
+(``ner_lightning.protocols``), the report reads its fields by dotted path
+(``ner_lightning.report.runs``). A field added here is a column the report can show.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any, Callable
+
+
+@dataclasses.dataclass
+class CellResult:
+    """One finished grid cell (``results.json``). Scores are seqeval span scores
+    (``ner_lightning.metrics.span_scores``: micro, macro, per type, lenient)."""
+
+    status: str  # "ok" (a failed or interrupted cell writes failure.json instead)
+    cell: str  # its name in logs: "run", or "cell k/n" in a sweep
+    overrides: list[str]  # the command-line overrides that made this cell
+    config_sha256: str | None  # identity of the composed config (sweep.cells.config_sha256)
+    device: dict | None  # where it ran (sweep.devices)
+    resumed_from: str | None  # the last.ckpt an interrupted attempt left, if resumed
+    finished: str  # ISO time
+    grid: dict  # chosen groups and swept keys by flat name (results.grid_keys)
+    config: dict  # the whole resolved config
+    partition: dict  # dataset, size, partition, seed, sha256 of the training sentences
+    partition_file: str  # partition.json: the sentences themselves
+    training_set: dict  # regime, label statistics before and after it, sha256
+    dev: dict | None  # dev scores of the selected evaluation
+    best_epoch: int | None
+    best_batch: int | None  # training batches before the selected evaluation
+    monitor: str  # the val/ metric that selected it
+    dev_monitor: float | None  # its value (what a sweeper optimises; never a test score)
+    test: dict | None  # test scores of the selected weights (None: evaluate_test=false)
+    test_aux: dict | None  # each auxiliary corpus's test scores with its own head (multi-corpus)
+    phases: list | None  # MUNCH-Stack's phases (callbacks.multi_corpus.AuxiliaryPhases)
+    epochs: int
+    global_steps: int
+    # What the cell cost, to compare objectives at equal compute: OVA-AUC takes 3 optimiser
+    # steps (and forward passes) per batch, compositional COMAUC-2T 2; resampling changes the
+    # batches per epoch.
+    compute: dict  # train_batches, optimizer_steps, train_forward_passes, init_seed, encoder_lr, head_lr
+    checkpoint: str | None  # best.ckpt kept (keep_checkpoint=true)
+    wall_time_s: float
+    phase_s: dict  # setup, fit, test seconds
+    throughput: dict  # callbacks.monitoring.TokenThroughput.summary()
+    precision: dict  # train, eval
+    singleaux: dict | None = None  # SingleAux: the auxiliary chosen on dev and every candidate
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if out["singleaux"] is None:
+            del out["singleaux"]
+        return out
+
+    def write(self, path: str | os.PathLike) -> Path:
+        return write_json_atomic(path, self.to_json())
+
+
+# Fields of results.json that hold a section of scores or records (read as ``test.micro.f1`` …)
+# and those that hold one value; every other dotted key is read from the resolved config.
+RESULT_SECTIONS = ("test", "test_aux", "dev", "training_set", "partition", "throughput", "compute", "grid")
+RESULT_VALUES = ("best_epoch", "best_batch", "epochs", "global_steps", "wall_time_s", "dev_monitor")
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:

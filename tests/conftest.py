@@ -86,3 +86,27 @@ def cpu_without_native_bf16(monkeypatch):
     from ner_lightning import hardware
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2"}))
+
+
+GENE = [[("BRCA1", "B-GENE"), ("binds", "O"), ("p53", "B-GENE"), ("protein", "I-GENE")],
+        [("No", "O"), ("genes", "O"), ("here", "O")],
+        [("The", "O"), ("kinase", "O"), ("ABL2", "B-GENE"), ("moved", "O")]]
+SPECIES = [[("Mice", "B-Species"), ("and", "O"), ("zebrafish", "B-Species"), ("were", "O"), ("used", "O")],
+           [("Human", "B-Species"), ("cells", "O"), ("grew", "O")],
+           [("Nothing", "O"), ("at", "O"), ("all", "O")]]
+
+
+@pytest.fixture
+def multi_cfg(toy_cfg, toy_data_dir):
+    """toy (CoNLL layout, PER/LOC/ORG/MISC) as the main corpus; hand-written `bc2gm` (GENE) and
+    `linnaeus` (Species) folders read through the repository's dataset configs."""
+    for name, sents in (("bc2gm", GENE), ("linnaeus", SPECIES)):
+        d = toy_data_dir / name
+        d.mkdir()
+        write_tsv(d / "train.tsv", sents * 4)
+        write_tsv(d / "dev.tsv", sents)
+        write_tsv(d / "test.tsv", sents[::-1])
+
+    def make(*extra):
+        return toy_cfg("aux=[bc2gm,linnaeus]", "aux_size=6", *extra)
+    return make

@@ -9,7 +9,7 @@ import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from ner_lightning import callbacks
+from ner_lightning.callbacks import checkpointing as callbacks
 from ner_lightning.checkpoint_io import StreamingCheckpointIO
 
 

@@ -1,10 +1,11 @@
 """Every config of every group composes; defaults are the offline real-data job."""
 import pytest
+from omegaconf import open_dict
 
 from ner_lightning.config import CONFIG_DIR
 from tests.conftest import compose_config
 
-GROUPS = ["dataset", "model", "loss", "data", "multitask", "optimizer", "trainer", "callbacks", "logger"]
+GROUPS = ["dataset", "model", "loss", "data", "multitask", "optimizer", "trainer", "callbacks", "logger", "runtime"]
 
 
 @pytest.mark.parametrize(
@@ -65,7 +66,7 @@ def test_tuning_presets_search_existing_keys_on_tuning_partitions(preset, tmp_pa
 
 @pytest.mark.parametrize("debug", ["fast", "tiny"])
 def test_debug_configs_run(debug, toy_cfg):
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     cfg = toy_cfg(f"debug={debug}", "data.dev_size=null")
     res = train(cfg)
@@ -123,3 +124,60 @@ def test_resampling_replication_selects_on_all_of_a_dev_set_smaller_than_the_pro
 
     assert dev_size("anem") is None
     assert dev_size("wnut17") == 300 and dev_size("conll2003") == 300
+
+
+LOSSES = sorted(p.stem for p in (CONFIG_DIR / "loss").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_loss_config_writes_only_into_the_loss_group(loss, tmp_path):
+    """Selecting a loss changes nothing outside ``loss`` as composed; what the family needs of the
+    data is declared on its class and filled in centrally (config.apply_objective_requirements)."""
+    from omegaconf import OmegaConf
+
+    def composed(*overrides):
+        cfg = compose_config(list(overrides), tmp_path)
+        with open_dict(cfg):
+            cfg.data.framing = cfg.data.label_scheme = None  # before apply_objective_requirements
+        return OmegaConf.to_container(cfg)
+
+    assert "@package" not in (CONFIG_DIR / "loss" / f"{loss}.yaml").read_text()
+    base, chosen = composed(), composed(f"loss={loss}")
+    assert {k for k in base if base[k] != chosen[k]} <= {"loss"}
+
+
+@pytest.mark.parametrize("loss,framing,scheme", [("ce", "tagging", "typed"), ("auc2t", "tagging", "untyped"),
+                                                 ("comauc2t", "tagging", "untyped"), ("mrc_mom", "mrc", "typed"),
+                                                 ("ova_auc", "tagging", "typed")])
+def test_what_an_objective_requires_of_the_data_is_applied_and_checked_centrally(loss, framing, scheme, tmp_path):
+    cfg = compose_config([f"loss={loss}"], tmp_path)
+    assert (cfg.data.framing, cfg.data.label_scheme) == (framing, scheme)
+    typed = compose_config([f"loss={loss}", "data.label_scheme=typed", "data.entity_types=[LOC]"], tmp_path)
+    assert typed.data.label_scheme == "typed"  # an explicit choice stays (a single kept type)
+    other = "tagging" if framing == "mrc" else "mrc"
+    with pytest.raises(ValueError, match=f"data.framing={other} was set"):
+        compose_config([f"loss={loss}", f"data.framing={other}"], tmp_path)
+
+
+def test_reordering_data_and_loss_in_the_defaults_list_changes_nothing(tmp_path):
+    """The composed config does not depend on whether `data` or `loss` comes first."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    swapped = tmp_path / "conf"
+    shutil.copytree(CONFIG_DIR, swapped)
+    text = (swapped / "config.yaml").read_text()
+    data_line = next(line for line in text.splitlines() if line.startswith("  - data:"))
+    loss_line = next(line for line in text.splitlines() if line.startswith("  - loss:"))
+    (swapped / "config.yaml").write_text(text.replace(data_line, "@@").replace(loss_line, data_line).replace("@@", loss_line))
+    for loss in ("auc2t", "mrc", "mom"):
+        composed = []
+        for folder in (CONFIG_DIR, swapped):
+            GlobalHydra.instance().clear()
+            with initialize_config_dir(config_dir=str(folder), version_base="1.3"):
+                cfg = compose("config", overrides=[f"loss={loss}"])
+            composed.append(OmegaConf.to_container(cfg))
+        assert composed[0] == composed[1]

@@ -87,7 +87,7 @@ def test_roberta_positions_start_after_the_padding_index():
 
 def test_packed_encoder_in_a_family_gives_the_padded_scores(toy_cfg):
     """The whole tiny-BERT cell, packed vs padded: same training, same dev/test scores."""
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     packed = train(toy_cfg("model.pack=true"))
     padded_run = train(toy_cfg("model.pack=false"))

@@ -66,7 +66,7 @@ def _spy_linear_dtypes(monkeypatch) -> dict:
 def test_eval_precision_auto_uses_bf16_for_evaluation_only_where_native(cpu, flags, toy_cfg, monkeypatch):
     import torch
 
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     flags(cpu)
     seen = _spy_linear_dtypes(monkeypatch)
@@ -79,7 +79,7 @@ def test_eval_precision_auto_uses_bf16_for_evaluation_only_where_native(cpu, fla
 
 
 def test_eval_precision_rejects_unknown_names(toy_cfg):
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     with pytest.raises(Exception, match="callbacks.eval_precision.precision must be one of"):
         train(toy_cfg("callbacks.eval_precision.precision=fp8"))
@@ -91,7 +91,7 @@ def test_mixed_precision_runs_the_encoder_in_bf16_and_everything_after_it_in_fp3
     head, loss and decoder works in fp32 (a CRF's log-sum-exp in bf16 loses the score)."""
     import torch
 
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     seen = _spy_linear_dtypes(monkeypatch)
     results = train(toy_cfg(f"loss={loss}", "trainer.precision=bf16-mixed", "callbacks.eval_precision.precision=bf16-mixed",
@@ -117,7 +117,7 @@ def test_bf16_training_clips_the_gradients_of_the_fused_adamw(toy_cfg, monkeypat
     :class:`hardware.BF16Mixed` clips as in fp32."""
     import torch
 
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     norms = []
     clip = torch.nn.utils.clip_grad_norm_
@@ -179,19 +179,19 @@ def test_reserve_heap_reports_refusals_and_other_c_libraries(monkeypatch):
 def test_reserve_heap_rejects_sizes_a_c_int_cannot_hold(mb, toy_cfg):
     with pytest.raises(ValueError, match="malloc_top_pad_mb"):
         hardware.reserve_heap(mb)
-    from ner_lightning.run import train
+    from tests.helpers import train
 
-    with pytest.raises(ValueError, match=f"malloc_top_pad_mb={mb}"):  # before anything is loaded
-        train(toy_cfg(f"malloc_top_pad_mb={mb}"))
+    with pytest.raises(ValueError, match=f"runtime.malloc_top_pad_mb={mb}"):  # before anything is loaded
+        train(toy_cfg(f"runtime.malloc_top_pad_mb={mb}"))
 
 
 @pytest.mark.skipif(hardware._glibc() is None, reason="glibc only")
 def test_reserve_heap_is_accepted_by_this_glibc(tmp_path):
     from ner_lightning.config import compose_config
 
-    default = compose_config([], tmp_path).malloc_top_pad_mb
+    default = compose_config([], tmp_path).runtime.malloc_top_pad_mb
     assert default == 1024
-    assert hardware.reserve_heap(default) == "malloc: glibc keeps 1024 MiB of freed heap (malloc_top_pad_mb)"
+    assert hardware.reserve_heap(default) == "malloc: glibc keeps 1024 MiB of freed heap (runtime.malloc_top_pad_mb)"
 
 
 @pytest.fixture
@@ -224,11 +224,11 @@ def test_a_cell_applies_fill_uninitialized_memory_from_its_config(toy_cfg, resto
     import torch.utils.deterministic
 
     from ner_lightning.config import compose_config
-    from ner_lightning.run import train
+    from tests.helpers import train
 
-    assert compose_config([], tmp_path / "default").fill_uninitialized_memory is False  # the default
+    assert compose_config([], tmp_path / "default").runtime.fill_uninitialized_memory is False  # the default
     torch.utils.deterministic.fill_uninitialized_memory = True
     train(toy_cfg("trainer.max_epochs=1"))
     assert torch.utils.deterministic.fill_uninitialized_memory is False
-    train(toy_cfg("trainer.max_epochs=1", "fill_uninitialized_memory=true"))
+    train(toy_cfg("trainer.max_epochs=1", "runtime.fill_uninitialized_memory=true"))
     assert torch.utils.deterministic.fill_uninitialized_memory is True

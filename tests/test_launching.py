@@ -201,7 +201,7 @@ def test_a_cell_resumed_from_its_last_checkpoint_ends_as_an_uninterrupted_one(to
     the best.ckpt on disk is never newer than it (a newer best waits in memory)."""
     import pytorch_lightning as pl
 
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     overrides = ("trainer.max_epochs=3", "trainer.min_epochs=3", "data.batch_size=4", "size=12",
                  f"callbacks.last_checkpoint.min_interval_s={min_interval_s}")
@@ -234,7 +234,7 @@ def test_a_cell_resumed_from_its_last_checkpoint_ends_as_an_uninterrupted_one(to
 
 
 def test_huge_learning_rate_fails_the_cell(toy_cfg, tmp_path):
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     with pytest.raises(FloatingPointError, match="diverged; try a lower optimizer.lr"):
         train(toy_cfg("optimizer.lr=1e6", "head_lr=1e6", "trainer.max_epochs=2"))

@@ -146,15 +146,14 @@ def test_mom_hand_worked_and_lambda_one():
     # L_MoM = mean over the 2 sentences of (Σ_O ℓ) / M
     l_mom = (ce[0] / 128 + ce[3] / 128) / 2
     expected = lam * sum(ce) / 4 + (1 - lam) * l_mom
-    assert MoMLoss("ce", lam, m=128)(LOGITS, TARGETS, SENT).item() == pytest.approx(expected, rel=1e-6)
+    assert MoMLoss(CrossEntropy(), lam, m=128)(LOGITS, TARGETS, SENT).item() == pytest.approx(expected, rel=1e-6)
     # the per-sentence reading: M = each sentence's own length (2 and 2)
     l_mom = (ce[0] / 2 + ce[3] / 2) / 2
     expected = lam * sum(ce) / 4 + (1 - lam) * l_mom
-    assert MoMLoss("ce", lam, m="sentence")(LOGITS, TARGETS, SENT).item() == pytest.approx(expected, rel=1e-6)
-    for base, plain in [("ce", CrossEntropy()), ("focal", FocalLoss(2.0)), ("dice", DiceLoss(1.0, 1.0)),
-                        ("dice_eq6", DiceLoss(1.0, 1.0, "eq6"))]:
-        assert MoMLoss(base, 1.0)(LOGITS, TARGETS, SENT).item() == pytest.approx(plain(LOGITS, TARGETS).item(), rel=1e-6)
-    mom = MoMLoss("wce1", 1.0)
+    assert MoMLoss(CrossEntropy(), lam, m="sentence")(LOGITS, TARGETS, SENT).item() == pytest.approx(expected, rel=1e-6)
+    for plain in [CrossEntropy(), FocalLoss(2.0), DiceLoss(1.0, 1.0), DiceLoss(1.0, 1.0, "eq6")]:
+        assert MoMLoss(plain, 1.0)(LOGITS, TARGETS, SENT).item() == pytest.approx(plain(LOGITS, TARGETS).item(), rel=1e-6)
+    mom = MoMLoss(WeightedCrossEntropy("inverse_frequency"), 1.0)
     mom.fit_counts(torch.tensor([6, 3, 1]))
     wce = WeightedCrossEntropy("inverse_frequency")
     wce.fit_counts(torch.tensor([6, 3, 1]))
@@ -167,22 +166,22 @@ def test_mom_constant_m_weighs_outside_tokens_as_the_paper_does():
     logits = torch.zeros(5, 3, requires_grad=True)
     targets = torch.tensor([0, 0, 1, 0, 0])
     sentence = torch.tensor([0, 0, 0, 0, 1])  # sentence 0: 4 words, sentence 1: 1 word
-    MoMLoss("ce", 0.0, m=128)(logits, targets, sentence).backward()
+    MoMLoss(CrossEntropy(), 0.0, m=128)(logits, targets, sentence).backward()
     g = logits.grad.norm(dim=1)
     assert g[0] == pytest.approx(g[4].item()) and g[2] == 0  # same weight for every O word, none for B
     logits.grad = None
-    MoMLoss("ce", 0.0, m="sentence")(logits, targets, sentence).backward()
+    MoMLoss(CrossEntropy(), 0.0, m="sentence")(logits, targets, sentence).backward()
     g = logits.grad.norm(dim=1)
     assert g[4] == pytest.approx(4 * g[0].item())
 
 
 def test_mom_rejects_bad_m():
     with pytest.raises(ValueError, match="loss.token_loss.m"):
-        MoMLoss("ce", 0.5, m=0)
+        MoMLoss(CrossEntropy(), 0.5, m=0)
 
 
 @pytest.mark.parametrize("make", [CrossEntropy, lambda: FocalLoss(2.0), lambda: DiceLoss(1.0, 1.0),
-                                  lambda: DiceLoss(1.0, 1.0, "eq6"), lambda: MoMLoss("focal", 0.5)])
+                                  lambda: DiceLoss(1.0, 1.0, "eq6"), lambda: MoMLoss(FocalLoss(2.0), 0.5)])
 def test_all_outside_batch_is_finite(make):
     logits = torch.randn(5, 3, requires_grad=True)
     targets = torch.zeros(5, dtype=torch.long)

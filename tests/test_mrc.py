@@ -10,9 +10,9 @@ from ner_lightning.data.alignment import (
 )
 from ner_lightning.data.corpus import LabelSet, Sentence
 from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
-from ner_lightning.losses import CrossEntropy, DiceLoss, FocalLoss, MoMLoss, token_loss_by_name
+from ner_lightning.losses import CrossEntropy, DiceLoss, FocalLoss, MoMLoss
 from ner_lightning.models.encoder import package_dir
-from ner_lightning.run import train
+from tests.helpers import train
 from tests.conftest import TOY_SENTENCES
 from tests.test_families import FixedEncoder, _batch, assert_padding_invariant
 
@@ -154,13 +154,13 @@ def test_pointer_answers_are_matched_per_type(toy_cfg):
 @pytest.mark.parametrize("head", ["tagger", "pointer"])
 @pytest.mark.parametrize("token_loss", ["ce", "focal", "dice", "mom", "wce2", "dice_released"])
 def test_padding_and_continuation_pieces_never_contribute(toy_cfg, head, token_loss):
-    loss = ["loss=mrc_dice_released"] if token_loss == "dice_released" else ["loss=mrc", f"loss.token_loss={token_loss}"]
+    loss = (["loss=mrc_dice_released"] if token_loss == "dice_released"
+            else ["loss=mrc", f"token_loss@loss.token_loss={token_loss}"])
     cfg = toy_cfg(*loss, f"loss.head={head}")
     torch.manual_seed(0)
     hidden = torch.randn(2, 6, 8)
     module = instantiate(cfg.loss, encoder=FixedEncoder(hidden), label_set=LabelSet(["PER", "LOC"]))
-    if hasattr(module.token_loss, "fit_counts"):
-        module.token_loss.fit_counts(torch.tensor([4, 1]))
+    module.token_loss.fit_counts(torch.tensor([4, 1]))
     module.eval()
     assert_padding_invariant(module, hidden, _batch())  # labels 1, 2, 0 / 0, 3 are SPAN_TAGS ids: B, E, O / O, S
 
@@ -180,24 +180,26 @@ def test_heads_train_on_the_binary_targets_by_hand(toy_cfg):
     assert torch.isclose(CrossEntropy()(logits, inside), by_hand)
 
 
-def test_token_loss_by_name():
-    args = dict(gamma=3.0, beta=1.0, epsilon=1.0, delta=0.01, dice_level="token", dice_square=False, base="focal",
-                lam=0.3, m=128)
+def test_mrc_presets_build_the_papers_token_losses_through_hydra(toy_cfg):
+    """Every MRC token loss comes from conf/token_loss, as for the tagging families."""
     logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-1.0, 2.0]])
     y = torch.tensor([0, 1, 1])
-    assert torch.isclose(token_loss_by_name("focal", **args)(logits, y), FocalLoss(3.0)(logits, y))
-    assert torch.isclose(token_loss_by_name("dice", **args)(logits, y), DiceLoss(1.0, 0.01)(logits, y))
-    released = {**args, "dice_level": "set", "dice_square": True}
-    assert torch.isclose(token_loss_by_name("dice", **released)(logits, y),
-                         DiceLoss(1.0, 0.01, level="set", square=True)(logits, y))
-    mom = token_loss_by_name("mom", **args)
-    assert isinstance(mom, MoMLoss) and mom.outside_id == 0
+
+    def token_loss(*overrides):
+        return instantiate(toy_cfg(*overrides).loss.token_loss)
+
+    assert torch.isclose(token_loss("loss=mrc_focal")(logits, y), FocalLoss(3.0)(logits, y))
+    assert torch.isclose(token_loss("loss=mrc_dice")(logits, y), DiceLoss(1.0, 0.01)(logits, y))
+    assert torch.isclose(token_loss("loss=mrc_dice_released")(logits, y),
+                         DiceLoss(0.01, 1e-4, level="set", square=True)(logits, y))
+    assert isinstance(token_loss("loss=mrc"), CrossEntropy)
+    mom = token_loss("loss=mrc_mom", "token_loss@loss.token_loss.base=focal", "loss.token_loss.base.gamma=3.0",
+                     "loss.token_loss.lam=0.3")
+    assert isinstance(mom, MoMLoss) and mom.outside_id == 0 and mom.m == 128
     # MoM over binary targets by hand: λ·mean ℓ + (1 − λ)·(Σ_{y=0} ℓ / M) / sentences
     per = FocalLoss(3.0).per_token(logits, y)
     sent = torch.tensor([0, 0, 1])
     assert torch.isclose(mom(logits, y, sentence=sent), 0.3 * per.mean() + 0.7 * (per[0] / 128) / 2)
-    with pytest.raises(ValueError, match="loss.token_loss"):
-        token_loss_by_name("hinge", **args)
 
 
 # --- through the data module and the run --------------------------------------------------
@@ -206,7 +208,7 @@ def test_mrc_uses_the_same_partition_and_one_input_per_type(toy_cfg):
 
     runs = {}
     for framing in ("tagging", "mrc"):
-        cfg = toy_cfg(f"data.framing={framing}", "size=6", "partition=1")
+        cfg = toy_cfg("loss=mrc" if framing == "mrc" else "loss=ce", f"data.framing={framing}", "size=6", "partition=1")
         encoder = instantiate(cfg.model)
         dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
         dm.setup("fit")
@@ -233,7 +235,7 @@ def test_dataset_queries_are_used_and_checked(toy_cfg, tokenizer):
 
 
 @pytest.mark.parametrize("extra,types", [(["loss=mrc"], 4), (["loss=mrc_mom", "loss.head=pointer"], 4),
-                                         (["loss=mrc", "loss.token_loss=wce1"], 4),
+                                         (["loss=mrc", "token_loss@loss.token_loss=wce1"], 4),
                                          (["loss=mrc", "data.label_scheme=untyped"], 1),
                                          (["loss=mrc", "data.entity_types=[PER,LOC]"], 2)])
 def test_mrc_trains_and_scores_every_gold_word(toy_cfg, extra, types):

@@ -14,7 +14,8 @@ from hydra.utils import instantiate
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.multi_corpus import singleaux_dev_scores
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule, extract
-from ner_lightning.run import build_module, train
+from ner_lightning.protocols import build_module
+from tests.helpers import train
 from tests.conftest import write_tsv
 
 B = 4
@@ -104,28 +105,6 @@ def test_random_order_keeps_corpora_of_one_entity_type_apart():
 
 
 # --- corpora, label sets and heads ---------------------------------------------------------------
-GENE = [[("BRCA1", "B-GENE"), ("binds", "O"), ("p53", "B-GENE"), ("protein", "I-GENE")],
-        [("No", "O"), ("genes", "O"), ("here", "O")],
-        [("The", "O"), ("kinase", "O"), ("ABL2", "B-GENE"), ("moved", "O")]]
-SPECIES = [[("Mice", "B-Species"), ("and", "O"), ("zebrafish", "B-Species"), ("were", "O"), ("used", "O")],
-           [("Human", "B-Species"), ("cells", "O"), ("grew", "O")],
-           [("Nothing", "O"), ("at", "O"), ("all", "O")]]
-
-
-@pytest.fixture
-def multi_cfg(toy_cfg, toy_data_dir):
-    """toy (CoNLL layout, PER/LOC/ORG/MISC) as the main corpus; hand-written `bc2gm` (GENE) and
-    `linnaeus` (Species) folders read through the repository's dataset configs."""
-    for name, sents in (("bc2gm", GENE), ("linnaeus", SPECIES)):
-        d = toy_data_dir / name
-        d.mkdir()
-        write_tsv(d / "train.tsv", sents * 4)
-        write_tsv(d / "dev.tsv", sents)
-        write_tsv(d / "test.tsv", sents[::-1])
-
-    def make(*extra):
-        return toy_cfg("aux=[bc2gm,linnaeus]", "aux_size=6", *extra)
-    return make
 
 
 def _data(cfg):
@@ -353,7 +332,7 @@ def test_frozen_encoder_trains_only_the_heads(toy_cfg):
 
 def test_paper_schedule_anneals_and_ends_the_run_in_lightning(multi_cfg):
     cfg = multi_cfg("multitask=munch_conc", "optimizer=sgd", "optimizer.lr=0.1", "head_lr=null", "trainer.max_epochs=30",
-                    "+callbacks.anneal_on_plateau._target_=ner_lightning.callbacks.AnnealOnPlateau",
+                    "+callbacks.anneal_on_plateau._target_=ner_lightning.callbacks.schedules.AnnealOnPlateau",
                     "+callbacks.anneal_on_plateau.factor=0.1", "+callbacks.anneal_on_plateau.patience=1",
                     "+callbacks.anneal_on_plateau.min_lr=0.05", "trainer.min_epochs=0", "callbacks.early_stopping=null")
     results = train(cfg)
@@ -362,22 +341,22 @@ def test_paper_schedule_anneals_and_ends_the_run_in_lightning(multi_cfg):
 
 
 def test_singleaux_cell_trains_one_run_per_auxiliary_and_keeps_the_best_on_dev(multi_cfg, monkeypatch):
-    import ner_lightning.run as run_module
+    from ner_lightning import protocols
 
     cfg = multi_cfg("multitask=singleaux")
     dev = {"bc2gm": 0.2, "linnaeus": 0.7}
-    real_train, calls = run_module.train, []
+    real_train, calls = protocols.train, []
 
     def train(run, resume=None, cell=None):
         (name,) = run.aux
         calls.append(name)
         result = real_train(run, resume=resume, cell=cell)
-        result["dev_monitor"] = dev[name]  # the choice must follow dev, whatever the test scores
-        (Path(run.paths.output_dir) / "results.json").write_text(json.dumps(result, default=str))
+        result.dev_monitor = dev[name]  # the choice must follow dev, whatever the test scores
+        result.write(Path(run.paths.output_dir) / "results.json")
         return result
 
-    monkeypatch.setattr(run_module, "train", train)
-    results = run_module.singleaux(cfg, {"config_sha256": "abc"})
+    monkeypatch.setattr(protocols, "train", train)
+    results = protocols.singleaux(cfg, protocols.Cell(config_sha256="abc")).to_json()
     out = Path(cfg.paths.output_dir)
     assert calls == ["bc2gm", "linnaeus"]
     assert results["singleaux"]["chosen"] == "linnaeus" and results["singleaux"]["dev_monitor"] == dev
@@ -385,9 +364,9 @@ def test_singleaux_cell_trains_one_run_per_auxiliary_and_keeps_the_best_on_dev(m
     assert results["test"] == chosen["test"] and set(results["test_aux"]) == {"linnaeus"}
     assert not (out / "aux_bc2gm" / "results.json").exists()  # candidates are not cells of the grid
     assert json.loads((out / "results.json").read_text())["config"]["aux"] == ["bc2gm", "linnaeus"]
-    run_module.singleaux(cfg, {"config_sha256": "abc"})  # a rerun reuses finished candidates
+    protocols.singleaux(cfg, protocols.Cell(config_sha256="abc"))  # a rerun reuses finished candidates
     assert calls == ["bc2gm", "linnaeus"]
-    run_module.singleaux(cfg, {"config_sha256": "changed"})  # another config retrains them
+    protocols.singleaux(cfg, protocols.Cell(config_sha256="changed"))  # another config retrains them
     assert calls == ["bc2gm", "linnaeus"] * 2
     assert singleaux_dev_scores([out], "toy", 8, 0, 42) == dev  # what the *_sort schemes read
 

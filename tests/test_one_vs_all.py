@@ -5,7 +5,7 @@ import torch
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.encoder import TransformerEncoder, package_dir
 from ner_lightning.models.one_vs_all import OneVsAllModule, prefix_groups
-from ner_lightning.run import train
+from tests.helpers import train
 
 LABELS = LabelSet(["LOC", "MISC", "ORG", "PER"])
 

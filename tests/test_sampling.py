@@ -151,7 +151,7 @@ def test_every_epoch_of_a_real_fit_gets_new_batches(toy_cfg, monkeypatch, groupe
     batch sampler must receive it too (it did not before session 7, so every epoch of a
     ``data.group_by_length=true`` run trained on epoch 0's batches in epoch 0's order)."""
     from ner_lightning.models.token_classification import TokenClassificationModule
-    from ner_lightning.run import train
+    from tests.helpers import train
 
     seen, real = {}, TokenClassificationModule.training_loss
 

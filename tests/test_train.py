@@ -5,7 +5,7 @@ import pytest
 from hydra.utils import instantiate
 
 from ner_lightning.models.encoder import EncoderLoadError, TransformerEncoder
-from ner_lightning.run import train
+from tests.helpers import train
 
 
 def test_fast_dev_run(toy_cfg):
@@ -57,7 +57,7 @@ def test_init_seed_varies_training_with_the_partition_fixed(toy_cfg, tmp_path):
 
 
 def test_tuning_trial_averages_dev_over_partitions_and_never_tests(toy_cfg, tmp_path):
-    from ner_lightning.run import tune
+    from ner_lightning.protocols import tune
 
     value = tune(toy_cfg("tune_partitions=[0,1]", "evaluate_test=false", "trainer.max_epochs=1"))
     res = [json.loads((tmp_path / "run" / f"partition{p}" / "results.json").read_text()) for p in (0, 1)]

@@ -5,7 +5,7 @@ import torch
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.encoder import TransformerEncoder, package_dir
 from ner_lightning.models.two_task import TwoTaskModule, bio_log_probs, two_task_decode, two_task_targets
-from ner_lightning.run import train
+from tests.helpers import train
 
 
 def test_algorithm1_truth_table():

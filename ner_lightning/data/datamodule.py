@@ -88,6 +88,9 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         yield from batches
 
 
+MAIN = "main"  # the head / corpus key of the main corpus
+
+
 class LowResourceDataModule(pl.LightningDataModule):
     """Train on ``size`` sentences drawn by (dataset, size, partition, seed); dev and test full.
 
@@ -101,7 +104,13 @@ class LowResourceDataModule(pl.LightningDataModule):
     ``framing``: ``tagging`` = one encoder input per sentence (chunk); ``mrc`` = one per sentence
     (chunk) and entity type, ``[CLS] query [SEP] sentence [SEP]`` with the dataset's query for the
     type (``loss=mrc`` selects it). The sentences, partition and regimes are the same in both.
+
+    What objectives and callbacks read of a data module: ``framing``, ``scheme`` (the
+    multi-corpus scheme, ``singletask`` here), ``corpus_names`` and ``aux_label_sets`` (the
+    corpora a model needs a head for), ``label_counts()``, ``gold_tags(split)``.
     """
+
+    scheme = "singletask"
 
     def __init__(
         self,
@@ -244,6 +253,16 @@ class LowResourceDataModule(pl.LightningDataModule):
             "test_sentences": len(self.sentences["test"]),
             "notes": self.corpus.notes,
         }
+
+    @property
+    def corpus_names(self) -> list[str]:
+        """Head / corpus key of each corpus index (one corpus here)."""
+        return [MAIN]
+
+    @property
+    def aux_label_sets(self) -> dict[str, LabelSet]:
+        """Label sets of the auxiliary corpora (none here; ``MultiCorpusDataModule`` has some)."""
+        return {}
 
     def label_counts(self) -> torch.Tensor:
         """Word-label counts of the training inputs actually trained on (after regimes): (K,)

@@ -24,12 +24,11 @@ from torch.utils.data import DataLoader, Sampler
 
 from ner_lightning.data.alignment import collate_features
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
-from ner_lightning.data.datamodule import EpochForwarding, LowResourceDataModule
+from ner_lightning.data.datamodule import MAIN, EpochForwarding, LowResourceDataModule
 from ner_lightning.data.sampling import sample_partition
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule
 
 log = logging.getLogger(__name__)
-MAIN = "main"  # the head / corpus key of the main corpus
 ORDERS = ("listed", "random", "sorted")
 
 

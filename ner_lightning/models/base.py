@@ -15,14 +15,16 @@ multi-corpus run (``models/heads.py``), each auxiliary corpus's test set with it
 """
 from __future__ import annotations
 
+import dataclasses
 import random
-from typing import Callable, NamedTuple
+from typing import Callable, ClassVar, NamedTuple
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 from transformers import get_linear_schedule_with_warmup
 
+from ner_lightning.callbacks.schedules import schedule_horizon
 from ner_lightning.data.corpus import OUTSIDE, LabelSet
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.encoder import TransformerEncoder
@@ -30,6 +32,18 @@ from ner_lightning.optim import set_pdsca_phase
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # Lightning name -> encoder dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingRecord:
+    """What a fitted (and tested) family reports for ``results.json``."""
+
+    history: list[dict]  # every dev evaluation: epoch, batches, flat metrics, span scores
+    test: dict | None  # test span scores of the main corpus
+    test_aux: dict[str, dict]  # test span scores of each auxiliary corpus (multi-corpus)
+    train_batches: int
+    forward_passes: int  # training forward passes (one per optimiser step)
+    eval_precision: str | None  # the precision dev/test ran in (None: trainer.precision)
 
 
 class Step(NamedTuple):
@@ -61,7 +75,9 @@ def set_rng_states(state: dict) -> None:
 class NERModule(pl.LightningModule):
     """Base LightningModule: AdamW-style optimiser with linear warm-up and decay."""
 
-    framing = "tagging"  # the encoder inputs the family reads (data.framing); MRCModule: "mrc"
+    # What the family requires of the data (applied by config.apply_objective_requirements):
+    framing: ClassVar[str] = "tagging"  # the encoder inputs it reads (data.framing); MRCModule: "mrc"
+    untyped_spans: ClassVar[bool] = False  # predicts untyped spans (data.label_scheme untyped); TwoTaskModule
 
     def __init__(
         self,
@@ -102,6 +118,17 @@ class NERModule(pl.LightningModule):
 
     def after_optimizer_step(self) -> None:
         """Called after every optimiser step (the AUC families ascend α here)."""
+
+    def epoch_loss(self) -> float | None:
+        """Mean main-corpus training loss of the current (or just finished) epoch, read by the
+        convergence tests of ``callbacks.schedules`` (here: the logged epoch mean of train/loss;
+        ``HeadModule`` tracks it per corpus)."""
+        value = self.trainer.callback_metrics.get("train/loss_epoch")
+        return float(value) if value is not None else None
+
+    def record(self) -> TrainingRecord:
+        return TrainingRecord(list(self.history), self.scores.get("test"), dict(self.aux_scores), self.train_batches,
+                              self.forward_passes, self.eval_precision)
 
     # --- shared helpers --------------------------------------------------------------------------
     def word_states(self, batch: dict) -> torch.Tensor:
@@ -223,10 +250,10 @@ class NERModule(pl.LightningModule):
         self._check_framing()
 
     def _check_framing(self) -> None:
-        framing = getattr(self.trainer.datamodule, "framing", self.framing)
+        framing = self.trainer.datamodule.framing
         if framing != self.framing:
             raise ValueError(f"{type(self).__name__} reads data.framing={self.framing} inputs but the data module "
-                             f"builds data.framing={framing}: leave data.framing to the loss config (loss=mrc sets mrc)")
+                             f"builds data.framing={framing}: leave data.framing null (the objective's)")
 
     def on_validation_epoch_end(self) -> None:
         self._score("val")
@@ -290,11 +317,9 @@ class NERModule(pl.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(params=self.optimizer_parameters())
-        total = self.trainer.estimated_stepping_batches
-        # A callback may set the schedule's length: MUNCH-Stack's phases (it restarts once per
-        # phase), a batch budget (callbacks.batch_budget).
-        horizon = next((c for c in self.trainer.callbacks if hasattr(c, "schedule_steps")), None)
-        if horizon is not None:
-            total = horizon.schedule_steps(self.trainer)
+        # A ScheduleHorizon callback may own the schedule's length: MUNCH-Stack's phases (it
+        # restarts once per phase), a batch budget (callbacks.batch_budget).
+        horizon = schedule_horizon(self.trainer)
+        total = horizon.schedule_steps(self.trainer) if horizon is not None else self.trainer.estimated_stepping_batches
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -19,7 +19,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
 from ner_lightning.data.corpus import LabelSet
-from ner_lightning.data.multi_corpus import MAIN
+from ner_lightning.data.datamodule import MAIN
 from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.losses import TokenLoss
 from ner_lightning.models.base import NERModule
@@ -41,8 +41,7 @@ class SoftmaxHead(nn.Module):
 
     def fit_counts(self, counts: torch.Tensor) -> None:
         """Class weights from training label counts (the weighted losses; no-op for others)."""
-        if hasattr(self.token_loss, "fit_counts"):
-            self.token_loss.fit_counts(counts)
+        self.token_loss.fit_counts(counts)
 
     def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
         logits = self.scores(states, word_mask)
@@ -127,7 +126,7 @@ class HeadModule(NERModule):
         dm = self.trainer.datamodule if self._trainer is not None else None
         if dm is None:
             return
-        trained = list(getattr(dm, "corpus_names", [MAIN]))
+        trained = dm.corpus_names
         if trained != self.corpus_names:
             raise ValueError(f"the model has heads for corpora {self.corpus_names} but the data module trains "
                              f"{trained}: build the module with the data module's aux_label_sets")

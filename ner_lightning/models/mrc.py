@@ -10,8 +10,8 @@ states of the sentence answers it:
 * ``head=pointer`` (Li et al.'s start/end heads): per word, starts an entity of the type or
   not, ends one or not; the loss is the mean of the two.
 
-The token loss (``loss.token_loss``: ce, wce1, wce2, focal, dice, dice_eq6, mom) is applied to
-every binary decision. Decoding (``ner_lightning.decoding``) turns each type's answer into spans
+The token loss (``loss.token_loss``, any loss of ``conf/token_loss``) is applied to every binary
+decision. Decoding (``ner_lightning.decoding``) turns each type's answer into spans
 and merges the types into one IOB2 sequence per sentence (greedy by score, no overlaps), so the
 span metrics score MRC like every other family.
 """
@@ -25,7 +25,7 @@ from torch import nn
 from ner_lightning.data.alignment import SPAN_TAGS
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
-from ner_lightning.losses import token_loss_by_name
+from ner_lightning.losses import TokenLoss
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
 
@@ -42,8 +42,7 @@ class MRCModule(NERModule):
         self,
         encoder: TransformerEncoder,
         label_set: LabelSet,
-        token_loss: str,
-        loss_args: dict,
+        token_loss: TokenLoss,
         head: str,
         optimizer: Callable[..., torch.optim.Optimizer],
         warmup_ratio: float,
@@ -54,14 +53,14 @@ class MRCModule(NERModule):
         if head not in HEADS:
             raise ValueError(f"loss.head must be one of {HEADS}, got {head!r}")
         self.head = head
-        self.token_loss = token_loss_by_name(token_loss, **dict(loss_args))
+        self.token_loss = token_loss
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(encoder.hidden_size, 2 if head == "tagger" else 4)  # pointer: start, end
 
     def setup(self, stage: str) -> None:
         """Weighted losses see the binary decision's counts: [negatives, positives] — words inside
         an entity of the queried type (tagger), or spans (pointer: as many starts as ends)."""
-        if hasattr(self.token_loss, "fit_counts") and self.trainer is not None and self.trainer.datamodule:
+        if self.trainer is not None and self.trainer.datamodule:
             counts = self.trainer.datamodule.label_counts()
             positive = counts[1:].sum() if self.head == "tagger" else counts[_B] + counts[_S]
             self.token_loss.fit_counts(torch.stack([counts.sum() - positive, positive]))

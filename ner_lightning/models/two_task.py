@@ -61,6 +61,7 @@ def bio_log_probs(entity_logit: torch.Tensor, begin_logit: torch.Tensor) -> torc
 
 
 class TwoTaskModule(AUCMinMax, NERModule):
+    untyped_spans = True  # Algorithm 1 decodes B/I/O of one entity type
     def __init__(
         self,
         encoder: TransformerEncoder,

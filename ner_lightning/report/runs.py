@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-RESULT_KEYS = ("test.", "test_aux.", "dev.", "training_set.", "partition.", "throughput.", "compute.", "grid.")
-RESULT_VALUES = ("best_epoch", "best_batch", "epochs", "global_steps", "wall_time_s", "dev_monitor")
+from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES
+
+RESULT_KEYS = tuple(f"{section}." for section in RESULT_SECTIONS)
 
 
 def load_runs(dirs: list[Path]) -> tuple[list[dict], list[Path]]:

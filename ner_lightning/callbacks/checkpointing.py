@@ -1,0 +1,83 @@
+"""Checkpoint persistence: when the best-on-dev weights (``best.ckpt``) and the full resume state
+(``last.ckpt``) reach the disk."""
+from __future__ import annotations
+
+import time
+from weakref import proxy
+
+import pytorch_lightning as pl
+import torch
+from lightning_utilities.core.apply_func import apply_to_collection
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` (``best.ckpt``: the weights selected on dev) whose writes
+    wait in memory, a copy of the checkpoint, until the resume checkpoint is written
+    (:class:`ResumeCheckpoint` writes the held one first) or training ends. Dev improves in most
+    early epochs, and a write per improvement costs more than the copy. A crash loses only what
+    the resume checkpoint would recompute anyway, and a rerun finds a ``best.ckpt`` that matches
+    the state it resumes. ``hold: false`` = written at once, as Lightning does."""
+
+    def __init__(self, hold: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.hold = bool(hold)
+        self._held: tuple[str, dict] | None = None
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        if not self.hold:
+            return super()._save_checkpoint(trainer, filepath)
+        checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)  # as Trainer.save_checkpoint
+        self._held = (filepath, apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().clone()))
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+
+    def write_held(self, trainer: pl.Trainer) -> None:
+        """Write the checkpoint held in memory, if any."""
+        if self._held is None:
+            return
+        filepath, checkpoint = self._held
+        trainer.strategy.save_checkpoint(checkpoint, filepath)
+        self._held = None
+        for logger in trainer.loggers:
+            logger.after_save_checkpoint(proxy(self))
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        self.write_held(trainer)  # not on a crash: the held weights may be newer than last.ckpt
+
+
+class ResumeCheckpoint(ModelCheckpoint):
+    """The full-state checkpoint (weights, optimiser, schedule, loops, RNG) a rerun resumes a
+    cell from. Written where Lightning's ``ModelCheckpoint`` would write it, but only when
+    ``min_interval_s`` seconds have passed since the previous write, or when another checkpoint
+    was written to disk at this step, so that a ``best.ckpt`` on disk is never newer than the
+    state a rerun resumes; a :class:`BestCheckpoint`'s held checkpoint is written just before.
+    A crash then costs at most ``min_interval_s`` plus one epoch of recomputation, and the
+    resumed cell still ends exactly as an uninterrupted one (tests/test_launching.py).
+    ``min_interval_s: 0`` = every time (every epoch). Runs after every other checkpoint callback
+    (it moves itself to the end of ``trainer.callbacks``) to see what they wrote."""
+
+    def __init__(self, min_interval_s: float = 0.0, **kwargs):
+        if float(min_interval_s) < 0:
+            raise ValueError(f"callbacks.last_checkpoint.min_interval_s must be >= 0 seconds, got {min_interval_s}")
+        super().__init__(**kwargs)
+        self.min_interval_s = float(min_interval_s)
+        self._written_at: float | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        trainer.callbacks.remove(self)
+        trainer.callbacks.append(self)
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        holding = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, BestCheckpoint) and cb.hold]
+        others_wrote = any(cb is not self and cb not in holding and cb._last_global_step_saved == trainer.global_step
+                           for cb in trainer.checkpoint_callbacks)
+        recent = self._written_at is not None and time.monotonic() - self._written_at < self.min_interval_s
+        if recent and not others_wrote:
+            return
+        for cb in holding:
+            cb.write_held(trainer)
+        super()._save_checkpoint(trainer, filepath)
+        self._written_at = time.monotonic()

@@ -1,0 +1,320 @@
+"""What one grid cell runs, by protocol (:func:`protocol_of`):
+
+* ``single`` — build encoder -> data module (partition) -> objective family -> Trainer; fit with
+  dev evaluation, test once with the best-on-dev checkpoint, write ``results.json``
+  (:class:`ner_lightning.results.CellResult`).
+* ``tune`` — a sweeper trial (``tune_partitions``): the cell on several tuning partitions, the
+  mean of their best-dev values (``tune.json``).
+* ``singleaux`` — MUNCHABLES §4.1's SingleAux with several auxiliaries: one run per auxiliary,
+  the one with the best main-dev value is the cell's result (chosen on dev, never on test).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import statistics
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ner_lightning.callbacks import AuxiliaryPhases, TokenThroughput
+from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
+from ner_lightning.models.heads import HeadModule
+from ner_lightning.results import CellResult, best_epoch, grid_keys, write_json_atomic
+from ner_lightning.sweep import cells
+
+log = logging.getLogger("ner_lightning")
+_running: dict = {}  # the cell's Trainer, to tell where an interrupted or failed cell stopped
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Who a run is in its sweep: its log prefix, config identity and device."""
+
+    prefix: str = "run"
+    config_sha256: str | None = None
+    device: dict | None = None
+
+    def named(self, suffix: str) -> "Cell":
+        return Cell(f"{self.prefix} {suffix}", self.config_sha256, self.device)
+
+
+def overrides() -> list[str]:
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def running_trainer() -> pl.Trainer | None:
+    return _running.get("trainer")
+
+
+def protocol_of(cfg: DictConfig) -> str:
+    """``tune`` when ``tune_partitions`` is set, ``singleaux`` for SingleAux over several
+    auxiliaries, else ``single``."""
+    if cfg.get("tune_partitions"):
+        return "tune"
+    return "singleaux" if singleaux_candidates(cfg) else "single"
+
+
+def run_protocol(cfg: DictConfig, cell: Cell, resume: Path | None) -> float:
+    """Run the cell's protocol; returns its best dev ``monitor`` value (never a test score)."""
+    name = protocol_of(cfg)
+    if name == "tune":
+        return tune(cfg, cell)
+    if name == "singleaux":
+        return singleaux(cfg, cell).dev_monitor
+    return train(cfg, resume=resume, cell=cell).dev_monitor
+
+
+# --- single cell ---------------------------------------------------------------------------------
+def check_protocol(cfg: DictConfig) -> None:
+    """Refuse configs whose model selection would read the training data."""
+    ckpt = (cfg.get("callbacks") or {}).get("model_checkpoint")
+    if cfg.data.get("train_on_dev") and ckpt and ckpt.get("monitor") is not None:
+        raise ValueError("data.train_on_dev=true trains on the dev sentences, so selecting the checkpoint on dev "
+                         f"({ckpt.monitor}) would select on training data: set callbacks.model_checkpoint.monitor=null "
+                         "and callbacks.early_stopping=null to test the final model (experiment=munch_paper does)")
+
+
+def build_module(cfg: DictConfig, encoder, datamodule) -> pl.LightningModule:
+    """The objective family of ``cfg.loss``; in a multi-corpus scheme, a ``HeadModule`` family
+    with one head per auxiliary corpus of the data module."""
+    aux = datamodule.aux_label_sets
+    if not aux:
+        return instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set)
+    family = get_class(cfg.loss._target_)
+    if not issubclass(family, HeadModule):
+        raise ValueError(f"{family.__name__} ({cfg.loss._target_}) has no per-corpus head: multi-corpus schemes "
+                         "(multitask=...) need a family with one head per corpus (ner_lightning.models.heads.HeadModule: "
+                         "the token classification and CRF families)")
+    return instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set, aux_label_sets=aux)
+
+
+def _instantiate_group(group: DictConfig | None) -> list:
+    if not group:
+        return []
+    return [instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
+
+
+def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:
+    """The Trainer with the config's callbacks and loggers (the grid keys logged on top)."""
+    callbacks = _instantiate_group(cfg.get("callbacks"))
+    loggers = _instantiate_group(cfg.get("logger"))
+    precision = trainer_precision(cfg.trainer.precision, cfg.trainer.accelerator,
+                                  instantiate(cfg.trainer.get("plugins")))
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **precision)
+    grid = grid_keys(cfg, overrides())
+    for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
+        lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})
+    return trainer, callbacks, loggers
+
+
+def _log_partition(cfg: DictConfig, prefix: str, partition: dict) -> None:
+    before, after = partition["training_set"]["before"], partition["training_set"]["after"]
+    log.info("%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
+             "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
+             prefix, partition["size"], cfg.dataset.name, partition["sha256"][:12], 100 * before["entity_token_share"],
+             after["sentences"], after["tokens"], 100 * after["entity_token_share"],
+             partition["dev_sentences"], partition["test_sentences"])
+
+
+def loadable(path: Path) -> bool:
+    """A checkpoint is a zip archive; one cut short by a kill has no end record (read from the
+    file's end only — Lightning then loads it once)."""
+    return zipfile.is_zipfile(path)
+
+
+def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> CellResult:
+    """Run one grid cell and write its ``results.json``. ``resume``: a ``last.ckpt`` of this same
+    config to continue from (model, optimiser, schedule, loops, RNG, history)."""
+    t = {"start": time.perf_counter()}
+    out_dir = Path(cfg.paths.output_dir)
+    pl.seed_everything(cfg.init_seed, workers=True)
+    log.info("%s | %s", cell.prefix, reserve_heap(cfg.runtime.malloc_top_pad_mb))
+    log.info("%s | %s", cell.prefix, fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory))
+    check_protocol(cfg)
+    encoder = instantiate(cfg.model)
+    datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    datamodule.setup("fit")
+    partition = datamodule.partition_record()
+    write_json_atomic(out_dir / "partition.json", partition)
+    module = build_module(cfg, encoder, datamodule)
+    trainer, callbacks, loggers = build_trainer(cfg)
+    _log_partition(cfg, cell.prefix, partition)
+    if resume is not None and not loadable(resume):
+        log.warning("%s | %s cannot be read (killed while writing?): training from epoch 0", cell.prefix, resume)
+        resume = None
+    if resume is not None:
+        log.info("%s | resuming from %s", cell.prefix, resume)
+    t["fit"] = time.perf_counter()
+    _running["trainer"] = trainer
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
+    checkpoint = trainer.checkpoint_callback
+    ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
+    t["test"] = time.perf_counter()
+    if cfg.evaluate_test:
+        trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+    t["end"] = time.perf_counter()
+    result = cell_result(cfg, cell, trainer, module, callbacks, partition, resume, ckpt, t)
+    result.write(out_dir / "results.json")
+    summarise_wandb(loggers, result)
+    cells.clean_checkpoints(out_dir, ckpt if cfg.keep_checkpoint else None)
+    _log_result(cfg, result)
+    return result
+
+
+def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callbacks: list, partition: dict,
+                resume: Path | None, ckpt: str | None, t: dict) -> CellResult:
+    """Fill the ``results.json`` schema from what the fit and test left."""
+    record = module.record()
+    best = best_epoch(record.history, cfg.monitor) if record.history else None
+    if record.history and trainer.checkpoint_callback is not None and trainer.checkpoint_callback.monitor is None:
+        best = record.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
+    return CellResult(
+        status="ok", cell=cell.prefix, overrides=overrides(), config_sha256=cell.config_sha256, device=cell.device,
+        resumed_from=str(resume) if resume else None, finished=cells.now(), grid=grid_keys(cfg, overrides()),
+        config=OmegaConf.to_container(cfg, resolve=True),
+        partition={k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
+        partition_file="partition.json",
+        training_set={k: partition["training_set"][k] for k in ("regime", "before", "after", "sha256")},
+        dev=best["scores"] if best else None, best_epoch=best["epoch"] if best else None,
+        best_batch=best.get("batches") if best else None, monitor=cfg.monitor,
+        dev_monitor=best["metrics"][cfg.monitor] if best else None,
+        test=record.test, test_aux=record.test_aux or None,
+        phases=next((c.history for c in callbacks if isinstance(c, AuxiliaryPhases)), None),
+        epochs=trainer.current_epoch, global_steps=trainer.global_step,
+        compute={"train_batches": record.train_batches, "optimizer_steps": trainer.global_step,
+                 "train_forward_passes": record.forward_passes, "init_seed": cfg.init_seed,
+                 "encoder_lr": cfg.optimizer.get("lr"), "head_lr": cfg.loss.get("head_lr")},
+        checkpoint=ckpt if cfg.keep_checkpoint else None,
+        wall_time_s=round(time.perf_counter() - t["start"], 2),
+        phase_s={"setup": round(t["fit"] - t["start"], 2), "fit": round(t["test"] - t["fit"], 2),
+                 "test": round(t["end"] - t["test"], 2)},
+        throughput=next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {}),
+        precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision)},
+    )
+
+
+def _log_result(cfg: DictConfig, r: CellResult) -> None:
+    nan = float("nan")
+    test = r.test or {"micro": {}, "macro": {}, "lenient": {"micro": {}}}
+    log.info(
+        "%s | %s | %s labels | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f lenient F1 %.4f "
+        "| %d epochs, %d steps | %.0f s | %s",
+        r.cell, " ".join(r.overrides) or "defaults", cfg.data.label_scheme, cfg.monitor,
+        r.dev_monitor if r.dev_monitor is not None else nan, r.best_epoch,
+        test["micro"].get("f1", nan), test["micro"].get("precision", nan), test["micro"].get("recall", nan),
+        test["macro"].get("f1", nan), test["lenient"]["micro"].get("f1", nan),
+        r.epochs, r.global_steps, r.wall_time_s, Path(cfg.paths.output_dir) / "results.json",
+    )
+
+
+# --- tuning --------------------------------------------------------------------------------------
+def tune(cfg: DictConfig, cell: Cell = Cell()) -> float:
+    """One sweeper trial: the cell on each of ``tune_partitions`` (in ``partition<k>/``), and the
+    mean of their best-dev ``monitor`` values, also written to ``tune.json``."""
+    out_dir = Path(cfg.paths.output_dir)
+    values = {}
+    for p in cfg.tune_partitions:
+        run = copy.deepcopy(cfg)
+        with open_dict(run):
+            run.partition = int(p)
+            run.paths.output_dir = str(out_dir / f"partition{p}")
+        values[int(p)] = train(run, cell=cell.named(f"partition {p}")).dev_monitor
+        finish_wandb()
+    mean = statistics.fmean(values.values())
+    write_json_atomic(out_dir / "tune.json", {"overrides": overrides(), "monitor": cfg.monitor,
+                                              "partitions": values, "mean": mean})
+    log.info("trial %s | mean dev %s over partitions %s = %.4f", " ".join(overrides()), cfg.monitor,
+             list(values), mean)
+    return mean
+
+
+# --- SingleAux -----------------------------------------------------------------------------------
+def singleaux_candidates(cfg: DictConfig) -> list[str]:
+    """The auxiliaries a SingleAux cell chooses from (``multitask=singleaux`` with several ``aux``)."""
+    if OmegaConf.select(cfg, "data.scheme") != "singleaux":
+        return []
+    names = [a for a in cfg.aux or [] if a != cfg.dataset.name]
+    return names if len(names) > 1 else []
+
+
+def _singleaux_candidate(cfg: DictConfig, cell: Cell, name: str) -> CellResult:
+    """One auxiliary's run (``aux_<name>/candidate.json``); a finished one of the same config is kept."""
+    sub = Path(cfg.paths.output_dir) / f"aux_{name}"
+    record = sub / "candidate.json"
+    if record.exists():
+        previous = json.loads(record.read_text())
+        if previous.get("config_sha256") == cell.config_sha256:
+            return CellResult(**previous)
+    run = copy.deepcopy(cfg)
+    with open_dict(run):
+        run.aux = [name]
+        run.paths.output_dir = str(sub)
+    last = sub / "checkpoints" / "last.ckpt"
+    result = train(run, resume=last if last.exists() else None, cell=cell.named(f"SingleAux {name}"))
+    (sub / "results.json").replace(record)  # a candidate, not a cell of the grid
+    finish_wandb()
+    return result
+
+
+def singleaux(cfg: DictConfig, cell: Cell = Cell()) -> CellResult:
+    """SingleAux as the MUNCHABLES paper runs it (§4.1): one auxiliary-learning run per auxiliary,
+    and the one with the best main-dev ``monitor`` is the cell's result. A rerun keeps the
+    candidates already finished."""
+    done = {name: _singleaux_candidate(cfg, cell, name) for name in singleaux_candidates(cfg)}
+    best = max(done, key=lambda n: done[n].dev_monitor)
+    result = copy.copy(done[best])
+    result.overrides, result.grid = overrides(), grid_keys(cfg, overrides())
+    result.config = OmegaConf.to_container(cfg, resolve=True)
+    result.finished = cells.now()
+    result.wall_time_s = round(sum(r.wall_time_s for r in done.values()), 2)
+    result.singleaux = {"chosen": best, "monitor": cfg.monitor,
+                        "dev_monitor": {n: r.dev_monitor for n, r in done.items()},
+                        "candidates": {n: f"aux_{n}/candidate.json" for n in done}}
+    result.write(Path(cfg.paths.output_dir) / "results.json")
+    log.info("%s | SingleAux: %s chosen on dev %s (%s)", cell.prefix, best, cfg.monitor,
+             ", ".join(f"{n} {r.dev_monitor:.4f}" for n, r in done.items()))
+    return result
+
+
+# --- W&B -----------------------------------------------------------------------------------------
+def summarise_wandb(loggers: list, result: CellResult) -> None:
+    """Best-epoch dev scores, test scores of both modes and compute into the W&B run summary."""
+    from pytorch_lightning.loggers import WandbLogger
+
+    from ner_lightning.metrics import flat_scores
+
+    summary = {f"compute/{k}": v for k, v in result.compute.items()}
+    summary["best_epoch"] = result.best_epoch
+    for scores, stage in ((result.dev, "best_val"), (result.test, "test")):
+        if scores:
+            summary.update(flat_scores(scores, stage))
+    for corpus, scores in (result.test_aux or {}).items():  # auxiliary corpora's own heads
+        summary.update(flat_scores(scores, f"test_aux/{corpus}"))
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            lg.experiment.summary.update(summary)
+
+
+def finish_wandb() -> None:
+    """Close the W&B run so the next cell of a multirun starts its own (template issue #289)."""
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+
+
+def clear_running() -> None:
+    _running.clear()

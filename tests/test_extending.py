@@ -1,0 +1,68 @@
+"""The extension paths of the README, followed as a newcomer would: a new token loss is one class
+plus one YAML in a config folder of their own (``hydra.searchpath``), and works everywhere a
+token loss is accepted."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ner_lightning.callbacks import BatchBudget, schedule_horizon
+from ner_lightning.callbacks.multi_corpus import AuxiliaryPhases
+from ner_lightning.losses import TokenLoss
+from tests.helpers import train
+
+
+class LabelSmoothedCE(TokenLoss):
+    """Cross-entropy with label smoothing; counts its calls so the test sees it train."""
+
+    calls = 0
+
+    def __init__(self, smoothing: float):
+        super().__init__()
+        self.smoothing = smoothing
+
+    def per_token(self, logits, targets):
+        LabelSmoothedCE.calls += 1
+        return F.cross_entropy(logits, targets, reduction="none", label_smoothing=self.smoothing)
+
+
+@pytest.fixture
+def my_conf(tmp_path):
+    folder = tmp_path / "my_conf" / "token_loss"
+    folder.mkdir(parents=True)
+    (folder / "smoothed_ce.yaml").write_text("_target_: tests.test_extending.LabelSmoothedCE\nsmoothing: 0.1\n")
+    return f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]"
+
+
+@pytest.mark.parametrize("where", [
+    ["token_loss@loss.token_loss=smoothed_ce"],  # the token classification head's loss
+    ["loss=mom", "token_loss@loss.token_loss.base=smoothed_ce"],  # MoM's base loss
+    ["loss=mrc", "token_loss@loss.token_loss=smoothed_ce"],  # the MRC head's loss
+    ["multitask=multitask", "token_loss@loss.token_loss=smoothed_ce"],  # every corpus's head
+])
+def test_a_new_token_loss_class_and_yaml_train_everywhere_a_token_loss_is_accepted(multi_cfg, my_conf, where):
+    LabelSmoothedCE.calls = 0
+    single = [] if "multitask=multitask" in where else ["aux=[]"]
+    cfg = multi_cfg(my_conf, *where, *single, "trainer.max_epochs=1")
+    loss = cfg.loss.token_loss.get("base", cfg.loss.token_loss)
+    assert loss._target_ == "tests.test_extending.LabelSmoothedCE" and loss.smoothing == 0.1
+    results = train(cfg)
+    assert LabelSmoothedCE.calls > 0 and results["test"]["micro"]["f1"] is not None
+
+
+def test_the_schedule_horizon_has_one_owner():
+    class Trainer:
+        callbacks = [BatchBudget(10), AuxiliaryPhases(patience=1, min_epochs=1, max_epochs=2)]
+
+    with pytest.raises(ValueError, match="BatchBudget, AuxiliaryPhases"):
+        schedule_horizon(Trainer())
+    Trainer.callbacks = Trainer.callbacks[:1]
+    assert schedule_horizon(Trainer()) is Trainer.callbacks[0]
+    Trainer.callbacks = []
+    assert schedule_horizon(Trainer()) is None
+
+
+def test_a_token_loss_without_per_token_values_cannot_be_moms_base():
+    from ner_lightning.losses import DiceLoss, MoMLoss
+
+    with pytest.raises(ValueError, match="level=token"):
+        MoMLoss(DiceLoss(level="set"), 0.5)(torch.zeros(3, 2), torch.tensor([0, 1, 0]), torch.tensor([0, 0, 1]))
