@@ -40,7 +40,8 @@ from hydra.utils import instantiate
 from ner_lightning.config import compose_config
 from ner_lightning.data.alignment import collate_features
 from ner_lightning.hardware import precision_choice, reserve_heap
-from ner_lightning.run import train
+from ner_lightning.protocols import train
+from timing import best_rate  # noqa: E402  (benchmarks/timing.py)
 
 
 def _autocast(precision: str):
@@ -82,17 +83,6 @@ def forward_pass(encoder, batches: list[dict]) -> int:
     return sum(int(b["attention_mask"].sum()) for b in batches)
 
 
-def _best_pass(run_pass, passes: int) -> float:
-    """Tokens/s of the fastest of ``passes`` timed passes (``run_pass()`` returns its token count):
-    a limit is what the hardware can do, so noise from a busy VM should not lower it."""
-    best = 0.0
-    for _ in range(passes):
-        t = time.perf_counter()
-        n = run_pass()
-        best = max(best, n / (time.perf_counter() - t))
-    return best
-
-
 def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
     """Raw encoder tokens/s in ideal batches, per precision: ``{"eval": {fp32, bf16}, "train": …}``.
 
@@ -120,20 +110,20 @@ def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
         encoder.eval()
         with torch.inference_mode(), _autocast(precision):
             encoder(eval_batches[0]["input_ids"], eval_batches[0]["attention_mask"])  # warm-up
-            out["eval"][precision] = _best_pass(lambda: forward_pass(encoder, eval_batches), passes)
+            out["eval"][precision] = best_rate(lambda: forward_pass(encoder, eval_batches), passes)
         encoder.train()
         head = torch.nn.Linear(encoder.hidden_size, len(dm.label_set))
         opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=cfg.optimizer.lr)
 
         train_step(encoder, head, opt, precision, train_batches[0])  # warm-up
-        out["train"][precision] = _best_pass(
+        out["train"][precision] = best_rate(
             lambda: sum(train_step(encoder, head, opt, precision, b) for b in train_batches), passes)
     best = max(out["eval"], key=out["eval"].get)
     encoder.load_state_dict(state)
     encoder.eval()
     out["eval_sample"] = dict(out["eval"])
     with torch.inference_mode(), _autocast(best):
-        out["eval"][best] = _best_pass(lambda: forward_pass(encoder, test), passes)
+        out["eval"][best] = best_rate(lambda: forward_pass(encoder, test), passes)
     return out
 
 
@@ -276,7 +266,7 @@ def run_hf_trainer(cfg, train_precision: str, eval_precision: str, out_dir: Path
 
 
 def run_framework(cfg) -> dict:
-    res = train(cfg)
+    res = train(cfg).to_json()
     tp = res["throughput"]
     return {"train_s": res["phase_s"]["fit"], "eval_s": res["phase_s"]["test"], "test_f1": res["test"]["micro"]["f1"],
             "train_real_tokens": tp["train_tokens"], "eval_real_tokens": tp["eval_tokens"],
@@ -306,7 +296,7 @@ def main() -> None:
         "logger=none", *args.overrides,
     ], out_dir)
     auto, why = precision_choice(str(cfg.trainer.accelerator))
-    heap = reserve_heap(cfg.malloc_top_pad_mb)  # the process's: limits, plain loop and Trainer get it too
+    heap = reserve_heap(cfg.runtime.malloc_top_pad_mb)  # the process's: limits, plain loop and Trainer get it too
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
           f"{torch.get_num_threads()} threads; native precision here: {auto} ({why}); {heap}", flush=True)
 

@@ -16,8 +16,9 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import timed_process  # benchmarks/timing.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,9 +29,7 @@ def run(checkout: Path, out: Path, overrides: list[str]) -> dict:
     data_dir = compose_config([], out / "_compose").paths.data_dir
     cmd = [sys.executable, "-m", "ner_lightning.run", f"hydra.run.dir={out}", f"paths.data_dir={data_dir}",
            "trainer.enable_progress_bar=false", *overrides]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=checkout, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
+    _, wall = timed_process(cmd, cwd=checkout)
     res = json.loads((out / "results.json").read_text())
     return {"wall_s": wall, "phase_s": res["phase_s"], "best_epoch": res["best_epoch"], "epochs": res["epochs"],
             "dev_f1": res["dev_monitor"], "test_f1": res["test"]["micro"]["f1"],

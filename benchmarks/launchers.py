@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from timing import timed_process  # benchmarks/timing.py
+
 SLURM_LOCALHOST = ["hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=null",
                    "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=4", "hydra.launcher.timeout_min=60"]
 
@@ -47,10 +49,7 @@ def cells(sweep_dir: Path) -> dict:
 
 
 def run(args: list[str], log: Path) -> tuple[int, float]:
-    t0 = time.perf_counter()
-    with log.open("w") as fh:
-        rc = subprocess.call(args, stdout=fh, stderr=subprocess.STDOUT)
-    return rc, time.perf_counter() - t0
+    return timed_process(args, log=log, check=False)
 
 
 def compare(ns) -> None:

@@ -70,13 +70,55 @@ def compose_config(overrides: list[str], output_dir: str | Path):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(output_dir)
+            cfg.hydra.job.override_dirname = ",".join(overrides)
+        HydraConfig().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return complete_config(cfg)
+
+
+def complete_config(cfg: DictConfig) -> DictConfig:
+    """What a composed config leaves to the run, filled in in one place before anything is built
+    (the cell's identity is the config as composed, before this): the data the objective needs
+    (:func:`apply_objective_requirements`) and the auxiliary corpora's dataset nodes
+    (:func:`compose_auxiliary_datasets`). Runs inside Hydra (the app, or ``compose_config``)."""
+    return compose_auxiliary_datasets(apply_objective_requirements(cfg))
+
+
+def compose_auxiliary_datasets(cfg: DictConfig) -> DictConfig:
+    """``aux_datasets``: the ``conf/dataset`` node of every name in ``aux`` (in order, the main
+    corpus left out: one aux list serves a sweep over main corpora), composed by Hydra with the
+    run's config search path, so a user's own dataset configs work as auxiliaries too. Their
+    interpolations (``${paths.data_dir}``) resolve against the run's config."""
+    import logging
+
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import MissingConfigException
+
+    names = list(cfg.get("aux") or [])
+    if cfg.get("multitask", {}).get("datamodule") is None or not names:
+        return cfg
+    if len(set(names)) != len(names):
+        raise ValueError(f"aux={names} lists a corpus twice")
+    searchpath = list(HydraConfig.get().searchpath)
+    extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
+    nodes = {}
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"aux must be a list of dataset names, e.g. aux=[bc2gm,linnaeus], got an entry {name!r}")
+        if name == cfg.dataset.name:
+            logging.getLogger("ner_lightning").info("aux: %s is the main corpus, not an auxiliary of itself", name)
+            continue
+        try:
+            nodes[name] = compose("config", overrides=[f"dataset={name}", *extra]).dataset
+        except MissingConfigException as err:
+            raise ValueError(f"aux: {name!r} has no dataset config (conf/dataset/{name}.yaml): {err}") from None
     with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(output_dir)
-        cfg.hydra.job.override_dirname = ",".join(overrides)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return apply_objective_requirements(cfg)
+        cfg.aux_datasets = nodes
+    return cfg
 
 
 def apply_objective_requirements(cfg: DictConfig) -> DictConfig:

@@ -76,7 +76,11 @@ def pdsca(params, lr: float, lr0: float | None, beta1: float, beta2: float, clip
 def set_pdsca_phase(optimizer, auc: bool) -> None:
     """Tell a PDSCA built by :func:`pdsca` whether the coming step is an AUC step (no-op for
     any other optimiser)."""
-    optimizer = getattr(optimizer, "optimizer", optimizer)  # a LightningOptimizer wraps it
-    switch = getattr(optimizer, "loss_fn", None)
+    from libauc.optimizers import PDSCA
+    from pytorch_lightning.core.optimizer import LightningOptimizer
+
+    if isinstance(optimizer, LightningOptimizer):
+        optimizer = optimizer.optimizer
+    switch = optimizer.loss_fn if isinstance(optimizer, PDSCA) else None
     if isinstance(switch, PhaseSwitch):
         switch.alpha.grad = torch.zeros_like(switch.alpha) if auc else None

@@ -24,8 +24,9 @@ import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.callbacks import EarlyStopping
 
-from ner_lightning.callbacks import AuxiliaryPhases, TokenThroughput
+from ner_lightning.callbacks import AuxiliaryPhases, ScheduleHorizon, TokenThroughput
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
 from ner_lightning.models.heads import HeadModule
 from ner_lightning.results import CellResult, best_epoch, grid_keys, write_json_atomic
@@ -100,15 +101,40 @@ def build_module(cfg: DictConfig, encoder, datamodule) -> pl.LightningModule:
     return instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set, aux_label_sets=aux)
 
 
+def build_datamodule(cfg: DictConfig, tokenizer) -> pl.LightningDataModule:
+    """``data``'s data module; under a multi-corpus scheme, ``multitask.datamodule`` built with
+    every ``data`` key on top of its own (the main corpus exactly as a single-corpus run has it)."""
+    if cfg.multitask.get("datamodule") is None:
+        return instantiate(cfg.data, tokenizer=tokenizer)
+    main = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k not in ("_target_", "tokenizer")}
+    return instantiate(cfg.multitask.datamodule, tokenizer=tokenizer, **main)
+
+
 def _instantiate_group(group: DictConfig | None) -> list:
     if not group:
         return []
     return [instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
 
 
-def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:
-    """The Trainer with the config's callbacks and loggers (the grid keys logged on top)."""
+def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
+    """The ``callbacks`` group, plus MUNCH-Stack's phases (``multitask.phases``). A callback that
+    restarts the learning-rate schedule (:class:`ScheduleHorizon` with ``restarts_schedule``)
+    ends training itself, so early stopping is left out: it would end the run in the first phase."""
     callbacks = _instantiate_group(cfg.get("callbacks"))
+    if cfg.multitask.scheme == "munch_stack":
+        callbacks.append(instantiate(cfg.multitask.phases))
+    if any(isinstance(c, ScheduleHorizon) and c.restarts_schedule for c in callbacks):
+        dropped = [c for c in callbacks if isinstance(c, EarlyStopping)]
+        if dropped:
+            log.info("early stopping left out: %s restarts the schedule and ends training itself",
+                     next(type(c).__name__ for c in callbacks if isinstance(c, ScheduleHorizon)))
+        callbacks = [c for c in callbacks if not isinstance(c, EarlyStopping)]
+    return callbacks
+
+
+def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:
+    """The Trainer with the run's callbacks and loggers (the grid keys logged on top)."""
+    callbacks = build_callbacks(cfg)
     loggers = _instantiate_group(cfg.get("logger"))
     precision = trainer_precision(cfg.trainer.precision, cfg.trainer.accelerator,
                                   instantiate(cfg.trainer.get("plugins")))
@@ -144,7 +170,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
     log.info("%s | %s", cell.prefix, fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory))
     check_protocol(cfg)
     encoder = instantiate(cfg.model)
-    datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    datamodule = build_datamodule(cfg, encoder.tokenizer)
     datamodule.setup("fit")
     partition = datamodule.partition_record()
     write_json_atomic(out_dir / "partition.json", partition)
@@ -243,7 +269,7 @@ def tune(cfg: DictConfig, cell: Cell = Cell()) -> float:
 # --- SingleAux -----------------------------------------------------------------------------------
 def singleaux_candidates(cfg: DictConfig) -> list[str]:
     """The auxiliaries a SingleAux cell chooses from (``multitask=singleaux`` with several ``aux``)."""
-    if OmegaConf.select(cfg, "data.scheme") != "singleaux":
+    if cfg.multitask.scheme != "singleaux":
         return []
     names = [a for a in cfg.aux or [] if a != cfg.dataset.name]
     return names if len(names) > 1 else []
@@ -260,6 +286,7 @@ def _singleaux_candidate(cfg: DictConfig, cell: Cell, name: str) -> CellResult:
     run = copy.deepcopy(cfg)
     with open_dict(run):
         run.aux = [name]
+        run.aux_datasets = {name: cfg.aux_datasets[name]}
         run.paths.output_dir = str(sub)
     last = sub / "checkpoints" / "last.ckpt"
     result = train(run, resume=last if last.exists() else None, cell=cell.named(f"SingleAux {name}"))

@@ -119,7 +119,7 @@ GRID_PATHS = {
     "entity_share": "data.imbalance.entity_share", "resample": "data.resample",
     "resample_variant": "data.resample_variant", "undersample": "data.undersample",
     "augment": "data.augment.methods", "dev_size": "data.dev_size",
-    "aux": "aux", "aux_size": "aux_size", "aux_order": "data.aux_order",
+    "aux": "aux", "aux_size": "aux_size", "aux_order": "multitask.aux_order",
 }
 CHOSEN_GROUPS = ("dataset", "model", "loss", "data", "optimizer", "multitask", "experiment")
 

@@ -1,7 +1,8 @@
 """Hydra entry point: ``python -m ner_lightning.run [-m] key=value ...``.
 
 Composes the config, records the cell in its sweep (``cell.json``: identity, device, attempts),
-fills in what the objective requires of the data (``config.apply_objective_requirements``) and
+fills in what the config leaves to the run (``config.complete_config``: the data the objective
+needs, the auxiliary corpora's dataset nodes) and
 runs the cell's protocol (``ner_lightning.protocols``). A failing run writes ``failure.json``
 (traceback included) and, in a multirun, the other cells still run; Hydra reports the failure
 when the sweep ends.
@@ -20,7 +21,7 @@ from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning import protocols
-from ner_lightning.config import apply_objective_requirements
+from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
 
@@ -76,7 +77,7 @@ def main(cfg: DictConfig) -> float | None:
         sha = cells.config_sha256(cfg)  # the config as composed: what the sweeper's manifest hashes
         device = _device(cfg)
         prefix, resume = cells.begin(cfg, out_dir, protocols.overrides(), sha, device)
-        apply_objective_requirements(cfg)
+        complete_config(cfg)
         return protocols.run_protocol(cfg, protocols.Cell(prefix, sha, device), resume)
     except BaseException as err:
         _write_failure(out_dir, err, time.time() - t0)

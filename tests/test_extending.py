@@ -66,3 +66,19 @@ def test_a_token_loss_without_per_token_values_cannot_be_moms_base():
 
     with pytest.raises(ValueError, match="level=token"):
         MoMLoss(DiceLoss(level="set"), 0.5)(torch.zeros(3, 2), torch.tensor([0, 1, 0]), torch.tensor([0, 0, 1]))
+
+
+def test_a_dataset_config_of_ones_own_works_as_main_corpus_and_as_auxiliary(multi_cfg, tmp_path, toy_data_dir):
+    """A dataset is one YAML, also in a user's own config folder: the auxiliary corpora are
+    composed by Hydra with the run's search path."""
+    folder = tmp_path / "my_conf" / "dataset"
+    folder.mkdir(parents=True)
+    (folder / "my_genes.yaml").write_text(
+        "_target_: ner_lightning.data.corpus.load_corpus\nname: my_genes\ndir: ${paths.data_dir}/bc2gm\n"
+        "splits: {train: train.tsv, dev: dev.tsv, test: test.tsv}\ndelimiter: \"\\t\"\ntag_scheme: iob2\n"
+        "entity_types: [GENE]\ndev_from_train: null\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]"
+    cfg = multi_cfg(searchpath, "multitask=multitask", "aux=[my_genes]", "trainer.max_epochs=1")
+    assert cfg.aux_datasets.my_genes.dir == f"{toy_data_dir}/bc2gm"  # resolved against this run's paths
+    results = train(cfg)
+    assert set(results["test_aux"]) == {"my_genes"}

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.multi_corpus import singleaux_dev_scores
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule, extract
-from ner_lightning.protocols import build_module
+from ner_lightning.protocols import build_datamodule, build_module
 from tests.helpers import train
 from tests.conftest import write_tsv
 
@@ -100,7 +100,7 @@ def test_random_order_keeps_corpora_of_one_entity_type_apart():
         assert sorted(order) == sorted(types)
         assert all(not (types[x] & types[y]) for x, y in zip(order, order[1:]))
     assert len({tuple(alternate_types(list(types), types, s)) for s in range(20)}) > 1
-    with pytest.raises(ValueError, match="data.aux_order=listed"):
+    with pytest.raises(ValueError, match="multitask.aux_order=listed"):
         alternate_types(["a", "b"], types, 0)
 
 
@@ -112,7 +112,7 @@ def _data(cfg):
 
     encoder = instantiate(cfg.model)
     assert isinstance(encoder, TransformerEncoder)
-    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    dm = build_datamodule(cfg, encoder.tokenizer)
     dm.setup("fit")
     return encoder, dm
 
@@ -145,7 +145,7 @@ def test_main_partition_is_the_single_corpus_partition(multi_cfg, toy_cfg):
 
 def test_auxiliary_sample_is_paired_with_the_partition(multi_cfg):
     _, a = _data(multi_cfg("multitask=munch_conc", "partition=0"))
-    _, b = _data(multi_cfg("multitask=munch_iter", "partition=0", "data.aux_order=listed"))
+    _, b = _data(multi_cfg("multitask=munch_iter", "partition=0", "multitask.aux_order=listed"))
     _, c = _data(multi_cfg("multitask=munch_conc", "partition=1"))
     ids = lambda dm: [s.id for s in dm.aux_sentences["bc2gm"]["train"]]  # noqa: E731
     assert ids(a) == ids(b) != ids(c)
@@ -179,8 +179,10 @@ def test_families_without_a_head_per_corpus_are_refused(multi_cfg):
 
 
 def test_bad_auxiliary_lists_are_errors(multi_cfg):
-    with pytest.raises(BAD_CONFIG, match="no dataset config"):
-        _data(multi_cfg("multitask=munch_conc", "aux=[bc2gm,nosuchcorpus]"))
+    with pytest.raises(ValueError, match="'nosuchcorpus' has no dataset config"):
+        multi_cfg("multitask=munch_conc", "aux=[bc2gm,nosuchcorpus]")
+    with pytest.raises(ValueError, match="lists a corpus twice"):
+        multi_cfg("multitask=munch_conc", "aux=[bc2gm,bc2gm]")
     with pytest.raises(BAD_CONFIG, match="exactly one auxiliary"):
         _data(multi_cfg("multitask=singleaux"))
     with pytest.raises(BAD_CONFIG, match="aux_sort_from"):
@@ -285,8 +287,8 @@ def test_anneal_on_plateau_halves_after_patience_bad_epochs_and_stops_below_min_
 
 
 def test_munch_stack_phase_ends_at_max_epochs_and_restarts_the_schedule(multi_cfg):
-    cfg = multi_cfg("multitask=munch_stack", "data.aux_order=listed", "callbacks.aux_phases.max_epochs=2",
-                    "callbacks.aux_phases.patience=50", "loss.warmup_ratio=0.5")
+    cfg = multi_cfg("multitask=munch_stack", "multitask.aux_order=listed", "multitask.phases.max_epochs=2",
+                    "multitask.phases.patience=50", "loss.warmup_ratio=0.5")
     results = train(cfg)
     assert [(p["auxiliary"], p["epochs"], p["ended_by"]) for p in results["phases"]] == [
         ("bc2gm", 2, "2 epochs"), ("linnaeus", 2, "2 epochs")]
@@ -383,7 +385,7 @@ def test_lightning_epochs_reach_the_schedule(multi_cfg, monkeypatch):
         return real(self, batch)
 
     monkeypatch.setattr(HeadModule, "training_loss", record)
-    train(multi_cfg("multitask=munch_iter", "data.aux_order=listed", "trainer.max_epochs=3", "trainer.min_epochs=3",
+    train(multi_cfg("multitask=munch_iter", "multitask.aux_order=listed", "trainer.max_epochs=3", "trainer.min_epochs=3",
                     "data.batch_size=4"))
     # main: 8 sentences -> 2 batches an epoch, each after an auxiliary batch
     assert seen == [(e, c) for e in range(3) for c in ([1 + e % 2], [0]) * 2]

@@ -261,7 +261,7 @@ def test_multi_corpus_schemes_run_in_one_grid(requires_real_data, tmp_path):
     in each, SingleAux chose its auxiliary on dev, auxiliaries' tests are scored."""
     proc = run_cli(["-m", "multitask=singletask,singleaux,munch_iter,munch_stack", "dataset=ncbi_disease", "size=20",
                     "aux=[bc2gm,linnaeus]", "aux_size=16", "aux_test_size=40", "loss=crf", "model=tiny", "trainer=cpu",
-                    "trainer.max_epochs=2", "trainer.min_epochs=1", "++callbacks.aux_phases.max_epochs=1",
+                    "trainer.max_epochs=2", "trainer.min_epochs=1", "++multitask.phases.max_epochs=1",
                     "logger=csv", "data.dev_size=60"], tmp_path, requires_real_data)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {r["grid"]["multitask"]: r for r in (json.loads((d / "results.json").read_text()) for d in job_dirs(tmp_path))}

@@ -40,7 +40,7 @@ class AuxiliaryPhases(ScheduleHorizon):
         and ``min_epochs`` do not apply under MUNCH-Stack)."""
         dm = trainer.datamodule
         if dm.scheme != "munch_stack":
-            raise ValueError("callbacks.aux_phases is MUNCH-Stack's: use it with multitask=munch_stack")
+            raise ValueError("AuxiliaryPhases (multitask.phases) is MUNCH-Stack's: use it with multitask=munch_stack")
         if stage == "fit":
             trainer.fit_loop.max_epochs = self.max_epochs * len(dm.aux_names)
             trainer.fit_loop.min_epochs = 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -73,17 +73,20 @@ class LabelSet:
         return 1 + 2 * len(self.entity_types)
 
 
-@dataclass
 class Corpus:
-    """Train/dev/test sentences of one dataset and its label set."""
+    """Train/dev/test sentences of one dataset and its label set. (A plain class, not a
+    dataclass, so Hydra passes it untouched — e.g. the auxiliary corpora of a multi-corpus data
+    module — instead of turning every sentence into a config node.)"""
 
-    name: str
-    train: list[Sentence]
-    dev: list[Sentence]
-    test: list[Sentence]
-    label_set: LabelSet
-    notes: list[str] = field(default_factory=list)
-    queries: dict[str, str] = field(default_factory=dict)  # MRC query per entity type (dataset.queries)
+    def __init__(self, name: str, train: list[Sentence], dev: list[Sentence], test: list[Sentence],
+                 label_set: LabelSet, notes: list[str] | None = None, queries: dict[str, str] | None = None):
+        self.name, self.train, self.dev, self.test, self.label_set = name, train, dev, test, label_set
+        self.notes = list(notes or [])
+        self.queries = dict(queries or {})  # MRC query per entity type (dataset.queries)
+
+    def __repr__(self) -> str:
+        return (f"Corpus({self.name!r}, train={len(self.train)}, dev={len(self.dev)}, test={len(self.test)}, "
+                f"types={list(self.label_set.entity_types)})")
 
     def query(self, entity_type: str) -> str:
         """The natural-language question of ``loss=mrc`` for a type; the type name when the
@@ -158,6 +161,27 @@ def read_conll(
             tags.clear()
 
     prev_type: str | None = None  # entity type of the previous token (None: O or sentence start)
+    for lineno, line in _decoded_lines(path):
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            flush()
+            prev_type = None
+            continue
+        where = f"{path}:{lineno}: {line!r}"
+        cols, n_cols = _columns(line, delimiter, n_cols, where)
+        token, tag = cols[0], cols[-1]
+        if not token:
+            raise CorpusFormatError(f"{where}: empty token")
+        prev_type = _entity_type(tag, tag_scheme, prev_type, allowed, where)
+        tokens.append(token)
+        tags.append(tag)
+    flush()
+    if not sentences:
+        raise CorpusFormatError(f"{path}: no sentences found")
+    return sentences
+
+
+def _decoded_lines(path: Path) -> Iterable[tuple[int, str]]:
+    """(line number, line without its end) of a UTF-8 file; other bytes name their line."""
     with path.open("rb") as fh:
         for lineno, raw_bytes in enumerate(fh, start=1):
             try:
@@ -167,55 +191,43 @@ def read_conll(
                     f"{path}:{lineno}: not UTF-8 (byte {raw_bytes[err.start]:#04x} at column {err.start + 1}); "
                     "re-encode the file, e.g. `iconv -f latin1 -t utf-8 in > out`"
                 ) from None
-            line = raw.rstrip("\n").rstrip("\r")
-            if not line.strip():
-                prev_type = None
-                flush()
-                continue
-            if line.startswith("-DOCSTART-"):
-                flush()
-                prev_type = None
-                continue
-            cols = line.split(delimiter)
-            where = f"{path}:{lineno}: {line!r}"
-            if n_cols is None:
-                n_cols = len(cols)
-                if n_cols < 2:
-                    raise CorpusFormatError(
-                        f"{where}: expected at least 2 columns separated by {delimiter!r} "
-                        "(token ... tag); check the dataset's `delimiter` setting"
-                    )
-            if len(cols) != n_cols:
-                raise CorpusFormatError(
-                    f"{where}: {len(cols)} columns, but this file's first token line has {n_cols}"
-                )
-            token, tag = cols[0], cols[-1]
-            if not token:
-                raise CorpusFormatError(f"{where}: empty token")
-            try:
-                _, etype = split_tag(tag)
-            except ValueError:
-                raise CorpusFormatError(
-                    f"{where}: tag {tag!r} is not O, B-<type> or I-<type>"
-                ) from None
-            if tag_scheme == "iob2" and tag.startswith("I-") and etype != prev_type:
-                raise CorpusFormatError(
-                    f"{where}: {tag!r} " + (f"follows a {prev_type} token" if prev_type else "follows O or starts "
-                                            "a sentence") + ", which IOB2 never does: the file looks like IOB1. Set "
-                    "the dataset's `tag_scheme: iob1` (converted to IOB2 on reading), or fix the file"
-                )
-            prev_type = etype
-            if allowed is not None and etype is not None and etype not in allowed:
-                raise CorpusFormatError(
-                    f"{where}: unknown entity type {etype!r}; the dataset config lists "
-                    f"{sorted(allowed)} (add it to `entity_types` if it is genuine)"
-                )
-            tokens.append(token)
-            tags.append(tag)
-    flush()
-    if not sentences:
-        raise CorpusFormatError(f"{path}: no sentences found")
-    return sentences
+            yield lineno, raw.rstrip("\n").rstrip("\r")
+
+
+def _columns(line: str, delimiter: str, n_cols: int | None, where: str) -> tuple[list[str], int]:
+    """The line's columns and the file's column count (set by its first token line)."""
+    cols = line.split(delimiter)
+    if n_cols is None:
+        n_cols = len(cols)
+        if n_cols < 2:
+            raise CorpusFormatError(
+                f"{where}: expected at least 2 columns separated by {delimiter!r} "
+                "(token ... tag); check the dataset's `delimiter` setting"
+            )
+    if len(cols) != n_cols:
+        raise CorpusFormatError(f"{where}: {len(cols)} columns, but this file's first token line has {n_cols}")
+    return cols, n_cols
+
+
+def _entity_type(tag: str, tag_scheme: str, prev_type: str | None, allowed: set[str] | None,
+                 where: str) -> str | None:
+    """The tag's entity type, checked: a valid tag, IOB2 continuity, a type the dataset lists."""
+    try:
+        _, etype = split_tag(tag)
+    except ValueError:
+        raise CorpusFormatError(f"{where}: tag {tag!r} is not O, B-<type> or I-<type>") from None
+    if tag_scheme == "iob2" and tag.startswith("I-") and etype != prev_type:
+        raise CorpusFormatError(
+            f"{where}: {tag!r} " + (f"follows a {prev_type} token" if prev_type else "follows O or starts "
+                                    "a sentence") + ", which IOB2 never does: the file looks like IOB1. Set "
+            "the dataset's `tag_scheme: iob1` (converted to IOB2 on reading), or fix the file"
+        )
+    if allowed is not None and etype is not None and etype not in allowed:
+        raise CorpusFormatError(
+            f"{where}: unknown entity type {etype!r}; the dataset config lists "
+            f"{sorted(allowed)} (add it to `entity_types` if it is genuine)"
+        )
+    return etype
 
 
 def carve_dev(

@@ -154,18 +154,8 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.resample, self.resample_variant = resample, resample_variant
         self.undersample = undersample
         self.augment = dict(augment)
-        self.label_set = corpus.label_set
-        if self.entity_types:
-            unknown = set(self.entity_types) - set(corpus.label_set.entity_types)
-            if unknown:
-                raise ValueError(f"data.entity_types: {sorted(unknown)} not in {corpus.name}'s types "
-                                 f"{list(corpus.label_set.entity_types)}")
-            self.label_set = LabelSet([t for t in corpus.label_set.entity_types if t in self.entity_types])
-        if label_scheme not in ("typed", "untyped"):
-            raise ValueError(f"data.label_scheme must be typed or untyped, got {label_scheme!r}")
         self.label_scheme = label_scheme
-        if label_scheme == "untyped":
-            self.label_set = LabelSet([UNTYPED])
+        self.label_set = self._label_set()
         if framing not in ("tagging", "mrc"):
             raise ValueError(f"data.framing must be tagging or mrc, got {framing!r}")
         self.framing = framing
@@ -177,6 +167,24 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.sentences: dict[str, list[Sentence]] = {}
         self.features: dict[str, list[Feature]] = {}
         self._eval_batches: dict[str, list[dict]] = {}
+
+    def _label_set(self) -> LabelSet:
+        """The corpus's labels, projected on ``entity_types`` and made untyped by ``label_scheme``."""
+        corpus = self.corpus
+        if self.label_scheme not in ("typed", "untyped"):
+            raise ValueError(f"data.label_scheme must be typed or untyped, got {self.label_scheme!r}")
+        if self.label_scheme == "untyped":
+            label_set = LabelSet([UNTYPED])
+        else:
+            label_set = corpus.label_set
+        if self.entity_types:
+            unknown = set(self.entity_types) - set(corpus.label_set.entity_types)
+            if unknown:
+                raise ValueError(f"data.entity_types: {sorted(unknown)} not in {corpus.name}'s types "
+                                 f"{list(corpus.label_set.entity_types)}")
+            if self.label_scheme == "typed":
+                label_set = LabelSet([t for t in corpus.label_set.entity_types if t in self.entity_types])
+        return label_set
 
     # --- the sentences each split uses -------------------------------------------------
     def setup(self, stage: str | None = None) -> None:

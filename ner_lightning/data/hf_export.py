@@ -15,9 +15,8 @@ import argparse
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from omegaconf import OmegaConf
 
-from ner_lightning.config import CONFIG_DIR
+from ner_lightning.config import compose_config
 
 HF_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
 
@@ -41,7 +40,7 @@ def write_split(rows: Iterable[Mapping], label_names: Sequence[str], path: Path,
 def export(name: str, hf_name: str, out: Path, hf_config: str | None = None) -> Path:
     from datasets import load_dataset  # optional dependency, online use only
 
-    spec = OmegaConf.load(CONFIG_DIR / "dataset" / f"{name}.yaml")
+    spec = compose_config([f"dataset={name}"], out / ".compose").dataset
     ds = load_dataset(hf_name, hf_config)
     label_names = ds["train"].features["ner_tags"].feature.names
     target = out / name

@@ -9,7 +9,8 @@ auxiliary — and a test sample of ``aux_test_size`` sentences (null = the full 
 scored with that corpus's head after training. Training batches follow ``scheme``
 (``ner_lightning.data.schedules``); the auxiliaries' order is ``listed``, ``random`` (no two
 of the same entity type consecutive, MUNCHABLES §4.1) or ``sorted`` (ascending SingleAux main
-dev score read from ``aux_sort_from`` sweep folders, §5.1).
+dev score read from ``aux_sort_from`` sweep folders, §5.1). The auxiliary corpora arrive
+instantiated from their composed ``conf/dataset`` nodes (``aux_datasets``, ner_lightning/config.py).
 """
 from __future__ import annotations
 
@@ -66,15 +67,10 @@ def collate_corpora(items: Sequence[tuple[int, object]], pad_token_id: int) -> d
 class MultiCorpusDataModule(LowResourceDataModule):
     """Main corpus (every ``LowResourceDataModule`` argument) + auxiliary corpora + a scheme."""
 
-    def __init__(self, auxiliaries: list[str], data_dir: str, aux_size: int | None, aux_test_size: int | None, scheme: str,
+    def __init__(self, auxiliaries: dict[str, Corpus], aux_size: int | None, aux_test_size: int | None, scheme: str,
                  aux_order: str, aux_sort_from: list[str] | None, **main):
         super().__init__(**main)
-        if self.corpus.name in (auxiliaries or []):  # one aux list serves a sweep over main corpora
-            log.info("aux: %s is the main corpus, not an auxiliary of itself", self.corpus.name)
-        auxiliaries = [load_auxiliary(name, data_dir) for name in auxiliaries or [] if name != self.corpus.name]
-        names = [c.name for c in auxiliaries]
-        if len(set(names)) != len(names):
-            raise ValueError(f"aux: {names} lists a corpus twice")
+        names = list(auxiliaries)
         if self.framing != "tagging":
             raise ValueError("multi-corpus schemes (multitask=...) need data.framing=tagging: one head per corpus "
                              "over the shared word states (loss=ce, wce1, wce2, focal, dice, mom, crf, bilstm_crf)")
@@ -83,11 +79,11 @@ class MultiCorpusDataModule(LowResourceDataModule):
                              "scheme decides each batch; set data.group_by_length=false")
         check_scheme(scheme, len(names))
         if aux_order not in ORDERS:
-            raise ValueError(f"data.aux_order must be one of {ORDERS}, got {aux_order!r}")
+            raise ValueError(f"multitask.aux_order must be one of {ORDERS}, got {aux_order!r}")
         if aux_order == "sorted" and not aux_sort_from:
-            raise ValueError("data.aux_order=sorted needs aux_sort_from=[<SingleAux sweep folder>, ...]: the auxiliaries "
+            raise ValueError("multitask.aux_order=sorted needs aux_sort_from=[<SingleAux sweep folder>, ...]: the auxiliaries "
                              "are sorted by their SingleAux main-dev score (run multitask=singleaux first)")
-        self.auxiliaries = {c.name: c for c in auxiliaries}
+        self.auxiliaries = dict(auxiliaries)
         self.aux_size, self.aux_test_size = aux_size, aux_test_size
         self.scheme, self.aux_order, self.aux_sort_from = scheme, aux_order, list(aux_sort_from or [])
         self.aux_names: list[str] = names  # in training order after setup
@@ -132,7 +128,7 @@ class MultiCorpusDataModule(LowResourceDataModule):
                                       self.partition, self.seed)
         missing = [n for n in names if n not in scores]
         if missing:
-            raise ValueError(f"data.aux_order=sorted: no SingleAux result for auxiliaries {missing} (main "
+            raise ValueError(f"multitask.aux_order=sorted: no SingleAux result for auxiliaries {missing} (main "
                              f"{self.corpus.name}, size {self.size}, partition {self.partition}, seed {self.seed}) "
                              f"under {self.aux_sort_from}; run multitask=singleaux with aux=[{missing[0]}] there first")
         order = sorted(names, key=lambda n: (scores[n], n))  # ascending: the most helpful auxiliary last
@@ -186,23 +182,6 @@ class MultiCorpusDataModule(LowResourceDataModule):
         return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False)
 
 
-def load_auxiliary(name: str, data_dir: str) -> Corpus:
-    """The corpus of ``conf/dataset/<name>.yaml``, read from ``data_dir`` (``paths.data_dir``)."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from ner_lightning.config import CONFIG_DIR
-
-    if not isinstance(name, str):
-        raise ValueError(f"aux must be a list of dataset names, e.g. aux=[bc2gm,linnaeus], got an entry {name!r}")
-    path = CONFIG_DIR / "dataset" / f"{name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ValueError(f"aux: {name!r} has no dataset config ({path}); known datasets: {known}")
-    node = OmegaConf.merge({"paths": {"data_dir": data_dir}}, {"dataset": OmegaConf.load(path)})
-    return instantiate(node.dataset)
-
-
 def singleaux_dev_scores(dirs: list[Path], dataset: str, size, partition: int, seed: int) -> dict[str, float]:
     """Best main-dev monitor value of each SingleAux run (one auxiliary) of this main corpus, size,
     partition and seed found under ``dirs`` (``results.json`` of one-auxiliary cells, or the
@@ -214,10 +193,19 @@ def singleaux_dev_scores(dirs: list[Path], dataset: str, size, partition: int, s
         for path in sorted([*d.rglob("results.json"), *d.rglob("candidate.json")]):
             run = json.loads(path.read_text())
             cfg = run.get("config", {})
-            data = cfg.get("data", {})
-            if (data.get("scheme") != "singleaux" or len(data.get("auxiliaries") or []) != 1
-                    or cfg.get("dataset", {}).get("name") != dataset
+            scheme, auxiliaries = _scheme_and_auxiliaries(cfg)
+            if (scheme != "singleaux" or len(auxiliaries) != 1 or cfg.get("dataset", {}).get("name") != dataset
                     or str(cfg.get("size")) != str(size) or cfg.get("partition") != partition or cfg.get("seed") != seed):
                 continue
-            scores[data["auxiliaries"][0]] = run["dev_monitor"]
+            scores[auxiliaries[0]] = run["dev_monitor"]
     return scores
+
+
+def _scheme_and_auxiliaries(cfg: dict) -> tuple[str | None, list[str]]:
+    """A run's multi-corpus scheme and auxiliary names from its resolved config (``multitask``;
+    runs made before the scheme had its own group kept both under ``data``)."""
+    multitask = cfg.get("multitask") or {}
+    if "scheme" in multitask:
+        return multitask["scheme"], list((multitask.get("datamodule") or {}).get("auxiliaries") or {})
+    data = cfg.get("data", {})
+    return data.get("scheme"), list(data.get("auxiliaries") or [])

@@ -92,4 +92,4 @@ def alternate_types(names: list[str], types: dict[str, set[str]], seed: int, tri
         if all(not (types[a] & types[b]) for a, b in zip(order, order[1:])):
             return order
     raise ValueError(f"no order of {names} keeps corpora of the same entity type apart "
-                     f"({ {n: sorted(types[n]) for n in names} }); use data.aux_order=listed")
+                     f"({ {n: sorted(types[n]) for n in names} }); use multitask.aux_order=listed")

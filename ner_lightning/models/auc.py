@@ -65,10 +65,12 @@ class AUCMinMax:
 
     def extra_state(self) -> dict:
         """libauc keeps a, b, α as plain tensors, outside ``state_dict``: saved for resume."""
-        return {"auc": [{k: getattr(loss, k).detach().clone() for k in ("a", "b", "alpha")} for loss in self.auc or []]}
+        return {"auc": [{"a": loss.a.detach().clone(), "b": loss.b.detach().clone(), "alpha": loss.alpha.detach().clone()}
+                        for loss in self.auc or []]}
 
     def load_extra_state(self, state: dict) -> None:
         with torch.no_grad():
             for loss, saved in zip(self.auc or [], state["auc"]):
-                for k, v in saved.items():
-                    getattr(loss, k).copy_(v)
+                loss.a.copy_(saved["a"])
+                loss.b.copy_(saved["b"])
+                loss.alpha.copy_(saved["alpha"])

@@ -39,7 +39,7 @@ from ner_lightning.report.tables import (
 )
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ner_lightning.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+", type=Path)
@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> None:
                     "sweep's W&B group, offline by default: `wandb sync` uploads it later")
     ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     runs, failed = load_runs(args.dirs)
     if not runs and not failed:
         raise SystemExit(f"no results.json under {', '.join(map(str, args.dirs))}")
@@ -80,28 +84,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n{note}")
     if args.average_over:
         print("\n" + corpus_average_table(runs, by, metrics[0], args.average_over, args.resamples, args.seed))
-    if args.baseline:
-        print(f"\nPaired comparisons against {args.baseline} (pairs = same partition sentences and init seed):\n")
-        found = comparisons(runs, by, metrics, args.baseline, args.resamples, args.seed, args.test)
-        print(comparison_table(found, by, args.baseline, args.alpha, args.test))
-    base_value = baseline_row_value(runs, args.baseline) if args.baseline else None
-    if args.paper:
-        method_key, _, column_key = args.paper.partition(":")
-        for m in metrics:
-            print(f"\n{m} — mean with bootstrap SE; best bold, second underlined"
-                  + (f"; † differs from {base_value} ({args.test}, Holm, α={args.alpha})" if base_value else "")
-                  + ":\n")
-            print(paper_table(runs, method_key, column_key, m, base_value, args.alpha, args.resamples, args.seed,
-                              args.format, args.test))
+    base_value = _print_comparisons(args, runs, by, metrics)
     trials = load_trials(args.dirs)
     if trials:
-        print(f"\nTuning trials (objective: mean best-dev {trials[0]['monitor']} over the partitions):\n")
-        print("| trial | overrides | per partition | mean |\n|---|---|---|---|")
-        for t in trials:
-            per = ", ".join(f"{p}: {v:.4f}" for p, v in t["partitions"].items())
-            print(f"| {t['trial']} | {' '.join(t['overrides'])} | {per} | {t['mean']:.4f} |")
-        best = max(trials, key=lambda t: t["mean"])
-        print(f"\nbest: trial {best['trial']} ({' '.join(best['overrides'])}) = {best['mean']:.4f}")
+        _print_trials(trials)
     written = []
     if args.plots:
         from ner_lightning.report.plots import render
@@ -117,6 +103,34 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n{len(failed)} failed cell(s):")
         for f in failed:
             print(f"- {f.parent.name}: {json.loads(f.read_text())['error'].splitlines()[0]}")
+
+
+def _print_comparisons(args: argparse.Namespace, runs: list[dict], by: list[str], metrics: list[str]) -> str | None:
+    """The paired comparisons against ``--baseline`` and the ``--paper`` tables; the baseline row's value."""
+    if args.baseline:
+        print(f"\nPaired comparisons against {args.baseline} (pairs = same partition sentences and init seed):\n")
+        found = comparisons(runs, by, metrics, args.baseline, args.resamples, args.seed, args.test)
+        print(comparison_table(found, by, args.baseline, args.alpha, args.test))
+    base_value = baseline_row_value(runs, args.baseline) if args.baseline else None
+    if args.paper:
+        method_key, _, column_key = args.paper.partition(":")
+        for m in metrics:
+            print(f"\n{m} — mean with bootstrap SE; best bold, second underlined"
+                  + (f"; † differs from {base_value} ({args.test}, Holm, α={args.alpha})" if base_value else "")
+                  + ":\n")
+            print(paper_table(runs, method_key, column_key, m, base_value, args.alpha, args.resamples, args.seed,
+                              args.format, args.test))
+    return base_value
+
+
+def _print_trials(trials: list[dict]) -> None:
+    print(f"\nTuning trials (objective: mean best-dev {trials[0]['monitor']} over the partitions):\n")
+    print("| trial | overrides | per partition | mean |\n|---|---|---|---|")
+    for t in trials:
+        per = ", ".join(f"{p}: {v:.4f}" for p, v in t["partitions"].items())
+        print(f"| {t['trial']} | {' '.join(t['overrides'])} | {per} | {t['mean']:.4f} |")
+    best = max(trials, key=lambda t: t["mean"])
+    print(f"\nbest: trial {best['trial']} ({' '.join(best['overrides'])}) = {best['mean']:.4f}")
 
 
 if __name__ == "__main__":

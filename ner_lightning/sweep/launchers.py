@@ -1,24 +1,50 @@
-"""``hydra/launcher=local``: Hydra's basic launcher, one cell at a time, with each cell isolated —
-an error while Hydra sets a cell up (before our code runs: its folder or log file cannot be
-written) fails that cell, not the sweep."""
+"""``hydra/launcher=local``: one cell after another in this process, on Hydra's public ``Launcher``
+interface (what Hydra's basic launcher does), with each cell isolated — an error while Hydra
+sets a cell up (before our code runs: its folder or log file cannot be written) fails that
+cell, not the sweep."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Sequence
 
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
 
 log = logging.getLogger("ner_lightning")
 
 
-class LocalLauncher(BasicLauncher):
+class LocalLauncher(Launcher):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         returns = []
-        for i, overrides in enumerate(job_overrides):
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
             try:
-                returns += super().launch([overrides], initial_job_idx=initial_job_idx + i)
+                returns.append(self._run(idx, list(overrides)))
             except Exception as err:  # noqa: BLE001 — any set-up error fails this cell only
                 log.error("cell %s could not start: %s: %s", " ".join(overrides), type(err).__name__, err)
                 returns.append(JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
+
+    def _run(self, idx: int, overrides: list[str]) -> JobReturn:
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = idx
+            sweep_config.hydra.job.num = idx
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")

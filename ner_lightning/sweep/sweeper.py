@@ -10,16 +10,22 @@ not stop the others; the sweep exits non-zero at the end if any failed.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobStatus
-from omegaconf import OmegaConf, open_dict
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
@@ -27,15 +33,44 @@ from ner_lightning.sweep import cells
 log = logging.getLogger("ner_lightning")
 
 
-class GridSweeper(BasicSweeper):
+def expand_grid(overrides: list[Override]) -> list[list[str]]:
+    """The product of the sweep overrides (``a=1,2 b=x,y``: 4 jobs), in the order given; a key
+    given twice keeps its last value, as in Hydra."""
+    axes: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise HydraException(f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type.name} "
+                                 f"({key}): use hydra/sweeper=optuna for intervals")
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+class GridSweeper(Sweeper):
+    """Hydra's grid semantics on Hydra's public ``Sweeper`` interface, with the manifest and resume
+    described above."""
+
     def __init__(self, max_batch_size: int | None = None, params: dict | None = None, resume: bool = True):
-        super().__init__(max_batch_size=max_batch_size, params=params)
-        self.resume = resume
+        super().__init__()
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"hydra.sweeper.max_batch_size must be a positive number of cells or null, got {max_batch_size}")
+        self.max_batch_size, self.params, self.resume = max_batch_size, dict(params or {}), resume
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
 
     def _expand(self, arguments: list[str]) -> list[list[str]]:
-        params_conf = self._parse_config() + list(arguments)
+        params_conf = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        return [job for batch in self.split_arguments(parser.parse_overrides(params_conf), None) for job in batch]
+        return expand_grid(parser.parse_overrides(params_conf))
 
     def _describe(self, k: int, overrides: list[str]) -> dict:
         """Compose cell ``k`` as its launcher will (folder and config hash) — also validates it."""

@@ -1,4 +1,4 @@
-"""In-process runs of ner_lightning.run.train on the hand-written toy corpus."""
+"""In-process runs of ner_lightning.protocols (one cell, tuning) on the hand-written toy corpus."""
 import json
 
 import pytest

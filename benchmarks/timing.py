@@ -1,0 +1,32 @@
+"""The timing harness every benchmark here uses: a timed child process, and the best rate of
+several rounds of an in-process pass. Compare figures only within one invocation: the VMs we
+run on vary up to 2x in speed from one day to the next."""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+
+def timed_process(cmd: Sequence[str], cwd: Path | None = None, log: Path | None = None, check: bool = True,
+                  **popen) -> tuple[int, float]:
+    """Run ``cmd`` to its end (output to ``log``, or dropped); its exit code and wall seconds."""
+    t0 = time.perf_counter()
+    with open(log, "w") if log else open("/dev/null", "w") as out:
+        rc = subprocess.call(list(cmd), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, **popen)
+    seconds = time.perf_counter() - t0
+    if check and rc != 0:
+        raise subprocess.CalledProcessError(rc, list(cmd))
+    return rc, seconds
+
+
+def best_rate(run_pass: Callable[[], int], rounds: int) -> float:
+    """Units per second of the fastest of ``rounds`` calls of ``run_pass`` (which returns the units
+    it processed: tokens, sentences): the least disturbed measurement of a shared machine."""
+    best = 0.0
+    for _ in range(rounds):
+        t = time.perf_counter()
+        n = run_pass()
+        best = max(best, n / (time.perf_counter() - t))
+    return best
