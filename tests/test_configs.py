@@ -127,6 +127,22 @@ def test_resampling_replication_selects_on_all_of_a_dev_set_smaller_than_the_pro
 
 
 LOSSES = sorted(p.stem for p in (CONFIG_DIR / "loss").glob("*.yaml"))
+SCHEMES = sorted(p.stem for p in (CONFIG_DIR / "multitask").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_multitask_config_writes_only_into_the_multitask_group(scheme, tmp_path):
+    from omegaconf import OmegaConf
+
+    def composed(*overrides):
+        cfg = compose_config(list(overrides), tmp_path)
+        with open_dict(cfg):
+            cfg.aux_datasets = {}  # filled in for the run (config.compose_auxiliary_datasets)
+        return OmegaConf.to_container(cfg)
+
+    assert "@package" not in (CONFIG_DIR / "multitask" / f"{scheme}.yaml").read_text()
+    base, chosen = composed("aux=[bc2gm]"), composed("aux=[bc2gm]", f"multitask={scheme}")
+    assert {k for k in base if base[k] != chosen[k]} <= {"multitask"}
 
 
 @pytest.mark.parametrize("loss", LOSSES)
