@@ -1,6 +1,7 @@
 """OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
 ``${if_null:value,default}``, ``${sweep_cell:num}`` (a cell's number in its sweep manifest),
-``${parallel_jobs:}``, ``${best_precision:accelerator}``, ``${fused_adamw:precision}`` (ner_lightning/hardware.py)."""
+``${parallel_jobs:}``, ``${best_precision:accelerator}``, ``${fused_adamw:precision}`` (ner_lightning/hardware.py),
+``${at_most:value,limit}``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,6 +33,14 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("best_precision", _best_precision)
     if not OmegaConf.has_resolver("fused_adamw"):
         OmegaConf.register_new_resolver("fused_adamw", _fused_adamw)
+    if not OmegaConf.has_resolver("at_most"):
+        OmegaConf.register_new_resolver("at_most", _at_most)
+
+
+def _at_most(value: int, limit: int) -> int:
+    """``${at_most:10,${trainer.max_epochs}}``: ``value``, or ``limit`` when that is smaller and
+    not negative (-1 = no limit)."""
+    return value if limit is None or limit < 0 else min(value, limit)
 
 
 def _sweep_cell(job_num) -> int:
@@ -81,10 +90,11 @@ def compose_config(overrides: list[str], output_dir: str | Path):
 
 def complete_config(cfg: DictConfig) -> DictConfig:
     """What a composed config leaves to the run, filled in in one place before anything is built
-    (the cell's identity is the config as composed, before this): the data the objective needs
-    (:func:`apply_objective_requirements`) and the auxiliary corpora's dataset nodes
+    (the cell's identity is the config as composed, before this): values checked
+    (:func:`check_values`), the data the objective needs (:func:`apply_objective_requirements`)
+    and the auxiliary corpora's dataset nodes
     (:func:`compose_auxiliary_datasets`). Runs inside Hydra (the app, or ``compose_config``)."""
-    return compose_auxiliary_datasets(apply_objective_requirements(cfg))
+    return compose_auxiliary_datasets(apply_objective_requirements(check_values(cfg)))
 
 
 def compose_auxiliary_datasets(cfg: DictConfig) -> DictConfig:
@@ -129,6 +139,8 @@ def apply_objective_requirements(cfg: DictConfig) -> DictConfig:
     module is built; the cell's identity is the config as composed, before this."""
     from hydra.utils import get_class
 
+    if OmegaConf.select(cfg, "loss._target_") is None or "data" not in cfg:
+        return cfg  # not a config of ours (e.g. Hydra's own tests of our sweeper)
     family = get_class(cfg.loss._target_)
     data = cfg.data
     with open_dict(cfg):
@@ -139,4 +151,37 @@ def apply_objective_requirements(cfg: DictConfig) -> DictConfig:
                              f"but data.framing={data.framing} was set: drop the data.framing override")
         if data.get("label_scheme") is None:
             data.label_scheme = "untyped" if family.untyped_spans else "typed"
+    return cfg
+
+
+# Keys whose type a typo would otherwise turn into an error deep inside Lightning or torch:
+# dotted path -> (expected types, what the value must be).
+CHECKED_KEYS = {
+    "trainer.max_epochs": ((int,), "an int >= 1, or -1 for no epoch limit (a batch budget)"),
+    "trainer.min_epochs": ((int,), "an int >= 0, at most trainer.max_epochs"),
+    "partition": ((int,), "an int >= 0"),
+    "seed": ((int,), "an int"),
+    "init_seed": ((int,), "an int"),
+    "data.batch_size": ((int,), "an int >= 1"),
+    "data.eval_batch_size": ((int,), "an int >= 1"),
+    "optimizer.lr": ((int, float), "a number > 0"),
+}
+
+
+def check_values(cfg: DictConfig) -> DictConfig:
+    """Refuse, naming the key, values of the wrong type or out of range for the keys above (the
+    rest is checked where it is used), before anything is loaded or trained."""
+    for key, (types, what) in CHECKED_KEYS.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"{key}={value!r}: expected {what}")
+    max_epochs = OmegaConf.select(cfg, "trainer.max_epochs", default=None)
+    min_epochs = OmegaConf.select(cfg, "trainer.min_epochs", default=None) or 0
+    if max_epochs is not None and (max_epochs == 0 or max_epochs < -1):
+        raise ValueError(f"trainer.max_epochs={max_epochs}: train at least one epoch (or -1: no epoch limit, "
+                         "training ends by a batch budget or trainer.max_steps)")
+    if max_epochs is not None and max_epochs > 0 and min_epochs > max_epochs:
+        raise ValueError(f"trainer.min_epochs={min_epochs} > trainer.max_epochs={max_epochs}: lower min_epochs")
     return cfg

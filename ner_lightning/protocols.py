@@ -31,6 +31,7 @@ from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trai
 from ner_lightning.models.heads import HeadModule
 from ner_lightning.results import CellResult, best_epoch, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells
+from ner_lightning.sweep.identity import code_version
 
 log = logging.getLogger("ner_lightning")
 _running: dict = {}  # the cell's Trainer, to tell where an interrupted or failed cell stopped
@@ -43,9 +44,10 @@ class Cell:
     prefix: str = "run"
     config_sha256: str | None = None
     device: dict | None = None
+    identity: dict | None = None  # sweep.identity.cell_identity
 
     def named(self, suffix: str) -> "Cell":
-        return Cell(f"{self.prefix} {suffix}", self.config_sha256, self.device)
+        return Cell(f"{self.prefix} {suffix}", self.config_sha256, self.device, self.identity)
 
 
 def overrides() -> list[str]:
@@ -192,6 +194,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
         trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
     t["end"] = time.perf_counter()
     result = cell_result(cfg, cell, trainer, module, callbacks, partition, resume, ckpt, t)
+    result.attempts, result.wall_time_s = cells.attempts(out_dir, result.wall_time_s)
     result.write(out_dir / "results.json")
     summarise_wandb(loggers, result)
     cells.clean_checkpoints(out_dir, ckpt if cfg.keep_checkpoint else None)
@@ -228,6 +231,7 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
                  "test": round(t["end"] - t["test"], 2)},
         throughput=next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {}),
         precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision)},
+        identity=cell.identity, code=code_version(),
     )
 
 

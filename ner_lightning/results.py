@@ -22,7 +22,7 @@ class CellResult:
     status: str  # "ok" (a failed or interrupted cell writes failure.json instead)
     cell: str  # its name in logs: "run", or "cell k/n" in a sweep
     overrides: list[str]  # the command-line overrides that made this cell
-    config_sha256: str | None  # identity of the composed config (sweep.cells.config_sha256)
+    config_sha256: str | None  # the cell's identity: resolved settings + input files (sweep.identity)
     device: dict | None  # where it ran (sweep.devices)
     resumed_from: str | None  # the last.ckpt an interrupted attempt left, if resumed
     finished: str  # ISO time
@@ -50,6 +50,9 @@ class CellResult:
     phase_s: dict  # setup, fit, test seconds
     throughput: dict  # callbacks.monitoring.TokenThroughput.summary()
     precision: dict  # train, eval
+    identity: dict | None = None  # sweep.identity.cell_identity: sha256 (= config_sha256), settings, inputs
+    code: dict | None = None  # package version, git commit, uncommitted changes (sweep.identity.code_version)
+    attempts: list | None = None  # each attempt of the cell: started, wall_time_s, resumed_from (cell.json)
     singleaux: dict | None = None  # SingleAux: the auxiliary chosen on dev and every candidate
 
     def to_json(self) -> dict[str, Any]:

@@ -9,8 +9,10 @@ when the sweep ends.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -24,8 +26,52 @@ from ner_lightning import protocols
 from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
+from ner_lightning.sweep.identity import cell_identity
 
 log = logging.getLogger("ner_lightning")
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells report them
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM during a cell (not an ``Exception``: nothing may swallow it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interrupts_raised():
+    """SIGINT and SIGTERM raise :class:`Interrupted` while a cell runs, wherever it is (set-up,
+    training, testing), so it writes failure.json and exits 130 / 143. Left alone where another
+    handler is installed (submitit's, under the SLURM launcher)."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    previous = {s: signal.getsignal(s) for s in defaults}
+    for s, default in defaults.items():
+        if previous[s] is default:
+            signal.signal(s, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def exit_code(err: BaseException) -> int | None:
+    """The exit code of an interrupted cell (130 Ctrl-C, 143 SIGTERM), or None for a failure."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    if isinstance(err, Interrupted):
+        return EXIT_CODES[err.signum]
+    if isinstance(err, SIGTERMException):
+        return EXIT_CODES[signal.SIGTERM]
+    if isinstance(err, (KeyboardInterrupt, SystemExit)):  # Lightning turns Ctrl-C into SystemExit(1)
+        return EXIT_CODES[signal.SIGINT]
+    return None
 
 
 def _device(cfg: DictConfig) -> dict:
@@ -41,7 +87,7 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float) -> None:
     (Lightning's SIGTERMException) and submitit's exit after a timeout / preemption requeue —
     the cell was stopped, not broken — else ``failed``."""
     trainer = protocols.running_trainer()
-    interrupted = isinstance(err, (KeyboardInterrupt, SystemExit))
+    interrupted = exit_code(err) is not None
     failure = {
         "status": "interrupted" if interrupted else "failed",
         "overrides": protocols.overrides(),
@@ -66,21 +112,27 @@ def main(cfg: DictConfig) -> float | None:
     """Runs one cell; returns its best dev ``monitor`` value — never a test score — for sweepers
     that optimise the return value.
 
-    The cell first records itself (``cell.json``: config hash, device, host, pid) and drops what
-    an earlier attempt left; a ``last.ckpt`` of the same config is resumed. A failure writes
+    The cell holds its folder (a second process starting it is refused), records itself
+    (``cell.json``: identity, device, host, pid, attempts) and drops what an earlier attempt left;
+    a ``last.ckpt`` of the same identity is resumed. Ctrl-C / SIGTERM exit 130 / 143. A failure writes
     ``failure.json`` and keeps the checkpoints for a rerun; a success writes ``results.json``
     and drops them."""
     out_dir = Path(cfg.paths.output_dir)
     protocols.clear_running()
     t0 = time.time()
     try:
-        sha = cells.config_sha256(cfg)  # the config as composed: what the sweeper's manifest hashes
-        device = _device(cfg)
-        prefix, resume = cells.begin(cfg, out_dir, protocols.overrides(), sha, device)
-        complete_config(cfg)
-        return protocols.run_protocol(cfg, protocols.Cell(prefix, sha, device), resume)
+        with interrupts_raised(), cells.exclusive(out_dir, "cell"):
+            device = _device(cfg)
+            identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
+            prefix, resume = cells.begin(cfg, out_dir, protocols.overrides(), identity["sha256"], device)
+            return protocols.run_protocol(cfg, protocols.Cell(prefix, identity["sha256"], device, identity), resume)
+    except cells.FolderInUse:
+        raise  # the folder is another process's: write nothing there
     except BaseException as err:
         _write_failure(out_dir, err, time.time() - t0)
+        code = exit_code(err)
+        if code is not None:
+            raise SystemExit(code) from None  # the sweep stops too: SystemExit passes Hydra's job runner
         raise
     finally:
         protocols.clear_running()

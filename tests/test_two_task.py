@@ -132,19 +132,17 @@ def test_pdsca_switches_between_ce_and_auc_updates():
 
 
 def test_alternating_comauc2t_tells_pdsca_its_phases(toy_cfg):
-    from ner_lightning.optim import PhaseSwitch
+    from ner_lightning.optim import pdsca
 
     m = _module("comauc2t", schedule="alternate")
     assert m.automatic_optimization
     phases = []
-
-    class Recorder:
-        loss_fn = PhaseSwitch("cpu")
-
+    opt = pdsca([torch.nn.Parameter(torch.zeros(2))], lr=0.1, lr0=None, beta1=0.9, beta2=0.999, clip_value=1.0,
+                weight_decay=0.0, epoch_decay=0.0)
     for step in range(4):
         m.ce_phase = lambda step=step: step % 2 == 0  # period 1: CE, AUC, CE, AUC
-        m.on_before_optimizer_step(Recorder)
-        phases.append(Recorder.loss_fn.alpha.grad is not None)
+        m.on_before_optimizer_step(opt)
+        phases.append(opt.loss_fn.alpha.grad is not None)
     assert phases == [False, True, False, True]
     res = train(toy_cfg("loss=comauc2t", "loss.schedule=alternate", "optimizer=pdsca", "data.label_scheme=untyped",
                         "trainer.max_epochs=2"))

@@ -1,15 +1,18 @@
-"""One grid cell's bookkeeping: its identity (a hash of the composed config), its position in
-the sweep's manifest, its ``cell.json`` record, stale-file clean-up and its resume checkpoint."""
+"""One grid cell's bookkeeping: its position in the sweep's manifest, the lock on its folder,
+its ``cell.json`` record (attempts), stale-file clean-up and its resume checkpoint. Its identity
+is ``ner_lightning.sweep.identity``."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-import hashlib
+import fcntl
 import json
 import os
 import socket
 from pathlib import Path
+from typing import Iterator
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ner_lightning.results import write_json_atomic
 
@@ -19,19 +22,38 @@ RESULTS = "results.json"
 FAILURE = "failure.json"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
+LOCK = ".lock"
+
+
+class FolderInUse(RuntimeError):
+    """Another process holds a sweep folder or a cell folder."""
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path, what: str) -> Iterator[None]:
+    """Hold ``folder/.lock`` (an ``flock``) while the block runs: a second launch into a sweep
+    folder, or a second process starting the same cell, is refused at once with who holds it.
+    The kernel releases the lock when its process ends, however it ends: a dead holder never
+    blocks a rerun."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise FolderInUse(f"{folder} is in use by {holder}: a {what} runs there now. Wait for it to end "
+                          "(python -m ner_lightning.sweep status shows progress) or use another folder") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {now()}".encode())
+        yield
+    finally:
+        os.close(fd)
 
 
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def config_sha256(cfg: DictConfig) -> str:
-    """Identity of a cell: the composed job config *before* resolution (interpolations kept as
-    written), keys sorted. Same command and same conf/ ⇒ same hash; a changed default ⇒ a new one.
-    The sweeper computes it from the composed sweep config, the job from the config it receives."""
-    node = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]) if "hydra" in cfg else cfg
-    text = OmegaConf.to_yaml(node, resolve=False, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def read_json(path: Path) -> dict | None:
@@ -94,14 +116,16 @@ def cell_number(job_num) -> int:
 
 
 def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device: dict) -> tuple[str, Path | None]:
-    """Start (or restart) a cell in ``out_dir``: drop what a previous attempt left that a report
-    could misread (an old ``failure.json`` / ``results.json``, temp files of a write cut short by
-    SIGKILL), and checkpoints of a *different*
-    config; keep ``last.ckpt`` of the same config to resume from. Writes ``cell.json``.
+    """Start (or restart) a cell in ``out_dir`` (held by :func:`exclusive`): drop what a previous
+    attempt left that a report could misread (an old ``failure.json`` / ``results.json``, temp
+    files of a write cut short by SIGKILL) and checkpoints of a *different* cell; keep ``last.ckpt``
+    of the same identity ``sha`` to resume from, and the earlier attempt's CSV metrics
+    (``csv/metrics.attempt<k>.csv``). Writes ``cell.json`` with every attempt so far.
     Returns the ``cell k/N`` log prefix and the checkpoint to resume from (or None)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     previous = read_json(out_dir / CELL)
     same = previous is not None and previous.get("config_sha256") == sha
+    history = _history(out_dir, previous) if same else []
     for name in (RESULTS, FAILURE):
         (out_dir / name).unlink(missing_ok=True)
     ckpt_dir = out_dir / CHECKPOINT_DIR
@@ -112,6 +136,9 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
         for f in ckpt_dir.glob("*.ckpt"):
             f.unlink()
     resume = last if same and last.exists() else None
+    metrics = out_dir / "csv" / "metrics.csv"
+    if resume is not None and metrics.is_file():  # CSVLogger would delete it
+        metrics.replace(metrics.with_name(f"metrics.attempt{len(history)}.csv"))
     where = None
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -120,15 +147,37 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     except ValueError:
         pass
     prefix = f"cell {where[0] + 1}/{where[1]}" if where else "run"
-    attempts = (previous or {}).get("attempts", 0) + 1 if same else 1
+    history.append({"attempt": len(history) + 1, "started": now(), "host": socket.gethostname(), "pid": os.getpid(),
+                    "resumed_from": str(resume) if resume else None, "wall_time_s": None})
     write_json_atomic(out_dir / CELL, {
         "cell": where[0] if where else None, "cells": where[1] if where else None,
-        "overrides": overrides, "config_sha256": sha, "attempts": attempts,
-        "started": now(), "host": socket.gethostname(), "pid": os.getpid(),
+        "overrides": overrides, "config_sha256": sha, "attempts": len(history),
+        "started": history[-1]["started"], "host": history[-1]["host"], "pid": os.getpid(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "resumed_from": str(resume) if resume else None,
-        "device": device,
+        "device": device, "history": history,
     })
     return prefix, resume
+
+
+def _history(out_dir: Path, previous: dict) -> list[dict]:
+    """The earlier attempts of this cell, the last one's time taken from its failure.json (an
+    attempt killed with SIGKILL left none: its time stays unknown)."""
+    history = list(previous.get("history") or [])
+    failure = read_json(out_dir / FAILURE)
+    if history and history[-1].get("wall_time_s") is None and failure is not None:
+        history[-1]["wall_time_s"] = failure.get("elapsed_s")
+    return history
+
+
+def attempts(out_dir: Path, this_attempt_s: float) -> tuple[list[dict] | None, float]:
+    """Every attempt of the cell in ``out_dir`` (this one's time filled in) and the wall time over
+    all of them whose time is known; (None, this attempt's) outside a recorded cell."""
+    record = read_json(out_dir / CELL)
+    history = list((record or {}).get("history") or [])
+    if not history:
+        return None, this_attempt_s
+    history[-1] = {**history[-1], "wall_time_s": this_attempt_s}
+    return history, round(sum(a["wall_time_s"] or 0.0 for a in history), 2)
 
 
 def clean_checkpoints(out_dir: Path, keep: str | None) -> None:

@@ -1,8 +1,10 @@
 """``hydra/sweeper=grid`` (the default): Hydra's basic grid sweeper plus a manifest and resume.
 
 Before the first cell starts, the whole expanded grid goes to ``<sweep dir>/manifest.json``
-(cell number, overrides, folder, config hash). A cell whose folder already holds a
-``results.json`` written for the same config hash is done and skipped; failed, interrupted and
+(cell number, overrides, folder, identity: the resolved settings and the input files, see
+``ner_lightning.sweep.identity``). A cell whose folder already holds a ``results.json`` of the
+same identity is done and skipped; one of another identity reruns, and the sweep says why
+before training (``rerun_because`` in the manifest); failed, interrupted and
 missing cells run again (``12 done, 3 to run``). A command that adds values to an axis may
 reuse the folder: the earlier cells keep their numbers, the new ones are numbered after them. Cells keep their folder across reruns
 (``hydra.sweep.subdir`` numbers cells by the manifest, not by launch order). Failed cells do
@@ -13,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +30,10 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
+from ner_lightning.sweep.identity import cell_identity, why_different
 
 log = logging.getLogger("ner_lightning")
 
@@ -72,8 +77,10 @@ class GridSweeper(Sweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         return expand_grid(parser.parse_overrides(params_conf))
 
-    def _describe(self, k: int, overrides: list[str]) -> dict:
-        """Compose cell ``k`` as its launcher will (folder and config hash) — also validates it."""
+    def _describe(self, k: int, overrides: list[str], sweep_dir: Path) -> dict:
+        """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
+        input files, ``sweep.identity``), which also validates it — and, when its folder holds the
+        result of another cell, why it will rerun."""
         loader = self.hydra_context.config_loader
         sweep_config = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
         with open_dict(sweep_config):
@@ -83,13 +90,23 @@ class GridSweeper(Sweeper):
         HydraConfig.instance().set_config(sweep_config)
         try:
             subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
+            job = OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
+            ident = cell_identity(complete_config(job))
+            resolved = OmegaConf.to_container(job, resolve=True, throw_on_missing=False)
         finally:
             HydraConfig.instance().cfg = saved
-        return {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": cells.config_sha256(sweep_config)}
+        cell = {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": ident["sha256"]}
+        old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
+        if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
+            cell["rerun_because"] = why_different(old, ident, resolved)
+        return cell
 
     def sweep(self, arguments: list[str]) -> Any:
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
+        with cells.exclusive(sweep_dir, "sweep"):  # one launch per sweep folder
+            return self._sweep(sweep_dir, arguments)
+
+    def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         jobs = self._expand(arguments)
         old = cells.read_manifest(sweep_dir)
@@ -106,7 +123,7 @@ class GridSweeper(Sweeper):
                     "cells": cells.numbered(jobs, old),
                     "invocations": (old or {}).get("invocations", [])}
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
-        manifest["cells"] = [self._describe(k, o) for k, o in enumerate(jobs)]
+        manifest["cells"] = [self._describe(k, o, sweep_dir) for k, o in enumerate(jobs)]
         dirs = [c["dir"] for c in manifest["cells"]]
         if len(set(dirs)) != len(dirs):
             dup = next(d for d in dirs if dirs.count(d) > 1)
@@ -114,6 +131,11 @@ class GridSweeper(Sweeper):
                              "hydra.job.config.override_dirname.exclude_keys leaves out of folder names")
         done = [c for c in manifest["cells"] if self.resume and self._done(sweep_dir / c["dir"], c["config_sha256"])]
         todo = [c for c in manifest["cells"] if c not in done]
+        reruns = [c for c in todo if "rerun_because" in c]
+        if reruns:
+            reasons = Counter(c["rerun_because"] for c in reruns)
+            log.warning("sweep %s: %d finished cell(s) will rerun, their results are of another cell: %s", sweep_dir,
+                        len(reruns), "; ".join(f"{n} × {why}" for why, n in reasons.most_common()))
         manifest["invocations"].append({"started": cells.now(), "done_before": len(done), "to_run": len(todo)})
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
         log.info("sweep %s: %d cells — %d done, %d to run%s", sweep_dir, len(jobs), len(done), len(todo),

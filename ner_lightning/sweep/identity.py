@@ -1,0 +1,139 @@
+"""What identifies a grid cell: the experiment it really runs, not the text it was written as.
+
+* ``settings`` — the resolved config (interpolations, environment variables and hardware
+  resolvers such as ``${best_precision:}`` evaluated) without the values that say *where* it runs
+  and not *what* (output folders, logger, W&B names, process settings, progress bar, workers,
+  the folder a corpus or a local encoder lies in);
+* ``inputs`` — a fingerprint of the files it reads: each corpus's split files (main and
+  auxiliary) and a local encoder's folder (content sha256, cached per file size and mtime).
+
+Two cells with the same identity train the same model on the same data; a changed corpus copy
+(``NER_DATA_DIR``), a changed default or another precision is another cell. The code version is
+recorded in results.json (:func:`code_version`), not hashed: a fix must not rerun a finished grid.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+# Top-level keys and key names (anywhere) that say where a cell runs, not what it computes.
+WHERE_TOP = ("paths", "group", "run_name", "tags", "logger", "runtime", "hydra")
+WHERE_NAMES = ("dirpath", "default_root_dir", "save_dir", "enable_progress_bar", "num_workers", "devices",
+               "aux_sort_from")
+_file_sha: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _file_sha:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _file_sha[key] = digest.hexdigest()
+    return _file_sha[key]
+
+
+def _folder_sha256(folder: Path) -> str:
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return hashlib.sha256("".join(f"{p.relative_to(folder)}:{file_sha256(p)}\n" for p in files).encode()).hexdigest()
+
+
+def _corpus_sha256(node: dict) -> str:
+    """The split files a dataset config names; a missing file counts as missing (the cell then
+    fails reading it, with the file named)."""
+    folder = Path(str(node.get("dir")))
+    parts = []
+    for split, name in sorted((node.get("splits") or {}).items()):
+        if name:
+            path = folder / name
+            parts.append(f"{split}:{file_sha256(path) if path.is_file() else 'missing'}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _local_folder(value) -> Path | None:
+    return Path(value) if isinstance(value, str) and Path(value).is_dir() else None
+
+
+def inputs(resolved: dict) -> dict[str, str]:
+    """Fingerprints of the files a cell reads (see the module docstring)."""
+    dataset = resolved.get("dataset") or {}
+    found = {f"dataset:{dataset.get('name')}": _corpus_sha256(dataset)} if dataset else {}
+    for name, node in (resolved.get("aux_datasets") or {}).items():
+        found[f"aux:{name}"] = _corpus_sha256(node)
+    folder = _local_folder((resolved.get("model") or {}).get("name_or_path"))
+    if folder is not None:
+        found["model"] = _folder_sha256(folder)
+    return found
+
+
+def _strip(node, top: bool = False):
+    if isinstance(node, dict):
+        corpus = "splits" in node  # a dataset node (wherever it is repeated): its folder is in inputs()
+        return {k: _strip(v) for k, v in node.items()
+                if k not in WHERE_NAMES and not (top and k in WHERE_TOP) and not (corpus and k == "dir")}
+    if isinstance(node, list):
+        return [_strip(v) for v in node]
+    return node
+
+
+def settings(resolved: dict) -> dict:
+    """The resolved config without where-it-runs values; corpus folders and a local encoder's
+    folder are left to :func:`inputs`."""
+    out = _strip(resolved, top=True)
+    if _local_folder((resolved.get("model") or {}).get("name_or_path")) is not None:
+        out["model"]["name_or_path"] = "<local folder: inputs.model>"
+    return out
+
+
+def cell_identity(cfg: DictConfig) -> dict:
+    """``sha256`` (the cell's identity), ``settings_sha256`` and ``inputs`` of a completed config
+    (``config.complete_config``) inside Hydra's runtime."""
+    resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    found = inputs(resolved)
+    settings_sha = hashlib.sha256(json.dumps(settings(resolved), sort_keys=True, default=str).encode()).hexdigest()
+    sha = hashlib.sha256(json.dumps({"settings": settings_sha, "inputs": found}, sort_keys=True).encode()).hexdigest()
+    return {"sha256": sha, "settings_sha256": settings_sha, "inputs": found}
+
+
+def why_different(old: dict | None, new: dict, new_config: dict) -> str:
+    """Why a finished cell (its results.json ``old``) is not this cell ``new``, in words."""
+    if not old or "identity" not in old:
+        return "made before cells were identified by their resolved config and data"
+    before = old["identity"]
+    changed = sorted(k for k in set(before["inputs"]) | set(new["inputs"])
+                     if before["inputs"].get(k) != new["inputs"].get(k))
+    if changed:
+        return f"other input files: {', '.join(changed)}"
+    keys = _differing_keys(settings(old.get("config") or {}), settings(new_config))
+    return f"other settings: {', '.join(keys[:6])}{' …' if len(keys) > 6 else ''}" if keys else "other settings"
+
+
+def _differing_keys(a, b, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [k for key in sorted(set(a) | set(b))
+                for k in _differing_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def code_version() -> dict:
+    """The package version and, in a git checkout, the commit and whether the tree has changes."""
+    from ner_lightning import __version__
+    from ner_lightning.config import REPO_ROOT
+
+    out = {"version": __version__, "commit": None, "dirty": None}
+    try:
+        git = ["git", "-C", str(REPO_ROOT)]
+        out["commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                       check=True, timeout=10).stdout.strip()
+        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, check=True, timeout=10).stdout
+        out["dirty"] = bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
