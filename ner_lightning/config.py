@@ -1,7 +1,7 @@
 """OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
 ``${if_null:value,default}``, ``${sweep_cell:num}`` (a cell's number in its sweep manifest),
 ``${parallel_jobs:}``, ``${best_precision:accelerator}``, ``${fused_adamw:precision}`` (ner_lightning/hardware.py),
-``${at_most:value,limit}``."""
+``${at_most:value,limit}``, ``${folder_name:text}``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,12 +35,19 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("fused_adamw", _fused_adamw)
     if not OmegaConf.has_resolver("at_most"):
         OmegaConf.register_new_resolver("at_most", _at_most)
+    if not OmegaConf.has_resolver("folder_name"):
+        OmegaConf.register_new_resolver("folder_name", _folder_name)
 
 
 def _at_most(value: int, limit: int) -> int:
     """``${at_most:10,${trainer.max_epochs}}``: ``value``, or ``limit`` when that is smaller and
     not negative (-1 = no limit)."""
     return value if limit is None or limit < 0 else min(value, limit)
+
+
+def _folder_name(text: str) -> str:
+    """``${folder_name:...}``: one folder name, never nested ("/" in an override value becomes "%2F")."""
+    return str(text).replace("/", "%2F")
 
 
 def _sweep_cell(job_num) -> int:

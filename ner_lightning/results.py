@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable
@@ -91,10 +93,24 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], object], 
             if fsync:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if _disk_full(err, path.parent):
+            raise OSError(errno.ENOSPC, f"no space left on device at {path.parent} (writing {path.name}): free "
+                          "space there — e.g. the checkpoints of old or failed cells, multirun/**/checkpoints — "
+                          "then rerun the same command to resume") from err
         raise
     return path
+
+
+def _disk_full(err: BaseException, folder: Path) -> bool:
+    """ENOSPC, or an error of a C++ writer (torch.save's "unexpected pos") on a nearly full disk."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    try:
+        return isinstance(err, RuntimeError) and shutil.disk_usage(folder).free < (64 << 20)
+    except OSError:
+        return False
 
 
 def _umask() -> int:

@@ -3,6 +3,7 @@ bookkeeping, status, file modes, and resuming a cell from its last checkpoint.""
 import json
 import multiprocessing as mp
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -228,3 +229,77 @@ def test_huge_learning_rate_fails_the_cell(toy_cfg, tmp_path):
     with pytest.raises(FloatingPointError, match="diverged; try a lower optimizer.lr"):
         train(toy_cfg("optimizer.lr=1e6", "head_lr=1e6", "trainer.max_epochs=2"))
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_a_resumed_cell_keeps_every_attempt_its_time_and_its_metrics(tmp_path, toy_cfg):
+    out = tmp_path / "cell"
+    cells.begin(toy_cfg(), out, ["loss=ce"], "sha-A", {})
+    (out / "failure.json").write_text(json.dumps({"status": "interrupted", "elapsed_s": 18.0}))
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "last.ckpt").write_text("x")
+    (out / "csv").mkdir()
+    (out / "csv" / "metrics.csv").write_text("epoch,train/loss\n0,1.5\n")
+    _, resume = cells.begin(toy_cfg(), out, ["loss=ce"], "sha-A", {})
+    assert resume is not None
+    assert (out / "csv" / "metrics.attempt1.csv").read_text() == "epoch,train/loss\n0,1.5\n"  # CSVLogger deletes metrics.csv
+    history, total = cells.attempts(out, 4.5)
+    assert [a["wall_time_s"] for a in history] == [18.0, 4.5] and total == 22.5
+    assert history[1]["resumed_from"] == str(resume)
+    assert cells.attempts(tmp_path / "no_cell", 3.0) == (None, 3.0)
+
+
+def test_a_folder_is_held_by_one_process_and_released_when_it_ends(tmp_path):
+    import subprocess
+    import sys
+
+    with cells.exclusive(tmp_path, "sweep"):
+        held = subprocess.run([sys.executable, "-c", "from pathlib import Path; from ner_lightning.sweep import cells\n"
+                               f"with cells.exclusive(Path({str(tmp_path)!r}), 'sweep'): pass"],
+                              capture_output=True, text=True)
+        assert held.returncode != 0 and f"is in use by pid {os.getpid()}" in held.stderr
+    with cells.exclusive(tmp_path, "sweep"):  # released on exit
+        pass
+    killed = subprocess.run([sys.executable, "-c", "import os; from pathlib import Path; from ner_lightning.sweep import cells\n"
+                             f"with cells.exclusive(Path({str(tmp_path)!r}), 'sweep'): os._exit(9)"])
+    assert killed.returncode == 9
+    with cells.exclusive(tmp_path, "sweep"):  # a dead holder's lock is gone with it
+        pass
+
+
+def test_disk_full_is_said_in_words_with_the_folder(tmp_path, monkeypatch):
+    import errno
+    import shutil
+
+    from ner_lightning.results import write_atomic
+
+    def no_space(fh):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match=f"no space left on device at {tmp_path}"):
+        write_atomic(tmp_path / "results.json", no_space)
+
+    def torch_writer(fh):
+        raise RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file "
+                           "data/0: unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1 << 20))
+    with pytest.raises(OSError, match="no space left on device") as err:
+        write_atomic(tmp_path / "last.ckpt", torch_writer)
+    assert "unexpected pos" in str(err.value.__cause__) and not list(tmp_path.iterdir())
+
+
+def test_a_corrupt_manifest_is_named(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"cells": [')
+    with pytest.raises(ValueError, match=f"{tmp_path / 'manifest.json'} is corrupt"):
+        cells.read_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("trainer.max_epochs=0", "trainer.max_epochs=0: train at least one epoch"),
+    ("trainer.max_epochs=two", "trainer.max_epochs='two': expected an int"),
+    ("trainer.min_epochs=40", "trainer.min_epochs=40 > trainer.max_epochs=2"),
+    ("data.batch_size=1.5", "data.batch_size=1.5: expected an int"),
+])
+def test_bad_values_are_refused_before_anything_runs_naming_the_key(toy_cfg, bad, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        toy_cfg(bad)

@@ -261,3 +261,46 @@ def test_data_row_key_is_the_regime_preset(tmp_path):
     on_command_line = {**_result("ce", 20, 0, 0.5), "overrides": ["data=sCR", "size=20"]}
     neither = _result("ce", 20, 0, 0.5)
     assert [lookup(r, "data") for r in (recorded, on_command_line, neither)] == ["bus", "sCR", "default"]
+
+
+def _run_report(capsys, *argv):
+    with pytest.raises(SystemExit) as stop:
+        main([str(a) for a in argv])
+    return str(stop.value.code)
+
+
+def test_a_row_that_pools_other_settings_is_refused_naming_them(tmp_path, capsys):
+    """Two runs of one setting plus one with another entity share were one row, n=3."""
+    for p in range(2):
+        _write(tmp_path, f"a{p}", _result("ce", 50, p, 0.5 + p / 10, config={"data": {"imbalance": {"entity_share": None}}}))
+    _write(tmp_path, "b0", _result("ce", 50, 2, 0.9, config={"data": {"imbalance": {"entity_share": 0.9}}}))
+    message = _run_report(capsys, tmp_path, "--by", "loss,size", "--metrics", "test.micro.f1")
+    assert "row ce 50: runs differ in data.imbalance.entity_share (0.9, None)" in message and "--pool" in message
+    main([str(tmp_path), "--by", "loss,size", "--metrics", "test.micro.f1", "--pool", "data.imbalance.entity_share"])
+    assert "| 3 |" in capsys.readouterr().out
+    main([str(tmp_path), "--by", "loss,size,data.imbalance.entity_share", "--metrics", "test.micro.f1"])
+
+
+def test_the_same_run_twice_is_refused(tmp_path):
+    _write(tmp_path, "first", _result("ce", 50, 0, 0.5))
+    _write(tmp_path, "copy", _result("ce", 50, 0, 0.5))
+    message = _run_report(None, tmp_path, "--by", "loss,size", "--metrics", "test.micro.f1")
+    assert "the same run twice" in message and "first" in message and "copy" in message
+
+
+def test_keys_that_name_nothing_are_errors_that_list_what_exists(sweep):
+    message = _run_report(None, sweep, "--by", "los", "--metrics", "test.micro.f1")
+    assert "--by los: no run has it" in message and "loss" in message
+    message = _run_report(None, sweep, "--by", "loss", "--metrics", "test.micro.f2")
+    assert "--metrics test.micro.f2: no run has it" in message and "test.micro.f1" in message
+    message = _run_report(None, sweep, "--by", "loss,size", "--metrics", "test.micro.f1", "--baseline", "loss=nope")
+    assert "loss=nope" in message and "ce" in message and "mom" in message
+
+
+def test_an_unreadable_results_json_is_named_and_skipped_or_stops_the_report(sweep, capsys):
+    (sweep / "0" / "results.json").write_text('{"status": "ok", "te')
+    main([str(sweep), "--by", "loss,size", "--metrics", "test.micro.f1"])
+    captured = capsys.readouterr()
+    assert f"skipped {sweep / '0' / 'results.json'}" in captured.err and "| ce | 20 |" in captured.out
+    message = _run_report(None, sweep, "--by", "loss,size", "--strict")
+    assert str(sweep / "0" / "results.json") in message

@@ -95,7 +95,8 @@ def test_smoke_multirun_over_every_loss(toy_data_dir, tmp_path):
                     "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1"],
                    tmp_path, toy_data_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = sorted((tmp_path / "multirun").rglob("results.json"))  # dataset.dir's "/" nests the dir names
+    results = sorted((tmp_path / "multirun").rglob("results.json"))
+    assert all(r.parent.parent.parent.parent == tmp_path / "multirun" for r in results)  # dataset.dir's "/" nests nothing
     assert len(results) == len(losses)
     done = {json.loads(p.read_text())["overrides"][0] for p in results}
     assert done == {f"loss={name}" for name in losses}
@@ -155,7 +156,7 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     second = None
     for _ in range(600):
-        cands = list((tmp_path / "a").glob("1_*/**/cell.json"))  # dataset.dir's "/" nests the folder
+        cands = list((tmp_path / "a").glob("1_*/cell.json"))
         if cands:
             second = cands[0].parent
             break
@@ -168,7 +169,7 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
 
     counts = sweep_status(tmp_path / "a")["counts"]
     assert counts["done"] == 1 and counts["interrupted"] == 1 and counts["missing"] == 1
-    first = next((tmp_path / "a").glob("0_*/**/results.json"))
+    first = next((tmp_path / "a").glob("0_*/results.json"))
     mtime = first.stat().st_mtime
 
     proc = run_cli(grid, tmp_path, toy_data_dir)
@@ -222,7 +223,7 @@ def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):
         time.sleep(0.2)
     time.sleep(2)
     run.send_signal(signal.SIGINT)
-    assert run.wait(120) != 0
+    assert run.wait(120) == 130
     failure = json.loads((tmp_path / "r" / "failure.json").read_text())
     assert failure["status"] == "interrupted" and "rerun the same command to resume" in failure["error"]
     assert not (tmp_path / "r" / "results.json").exists()
@@ -246,13 +247,18 @@ def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):
     (here a file where the folder should be) fails that cell only, not the sweep."""
     sweep = tmp_path / "s"
     sweep.mkdir()
-    # cell 0's folder is "0_" + its sorted overrides; dataset.dir's "/" nests it under this name
-    (sweep / r"0_data.dev_size=null,dataset.dir=$\{paths.data_dir\}").write_text("not a folder")
+    # cell 0's folder is "0_" + its sorted overrides ("/" written %2F)
+    (sweep / (r"0_data.dev_size=null,dataset.dir=$\{paths.data_dir\}%2Ftoy,dataset.name=toy,loss=ce,"
+              "size=8,trainer.max_epochs=2,trainer.min_epochs=2,trainer=cpu")).write_text("not a folder")
     proc = run_cli(["-m", "loss=ce,crf", f"hydra.sweep.dir={sweep}", *TOY], tmp_path, toy_data_dir)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "could not start" in out
     assert "2 cells — 2 ran, 1 failed" in out
-    assert len(list(sweep.glob("1_*/**/results.json"))) == 1
+    assert len(list(sweep.glob("1_*/results.json"))) == 1
+    from ner_lightning.sweep.__main__ import sweep_status
+
+    status = sweep_status(sweep)
+    assert status["counts"]["failed"] == 1 and status["counts"]["done"] == 1  # failed, not "missing"
 
 
 def test_multi_corpus_schemes_run_in_one_grid(requires_real_data, tmp_path):
@@ -272,3 +278,79 @@ def test_multi_corpus_schemes_run_in_one_grid(requires_real_data, tmp_path):
     chosen = results["singleaux"]["singleaux"]
     assert chosen["dev_monitor"][chosen["chosen"]] == max(chosen["dev_monitor"].values())
     assert [p["epochs"] for p in results["munch_stack"]["phases"]] == [1, 1]
+
+
+def _popen(args, cwd, data_dir, **kw):
+    env = dict(os.environ, NER_DATA_DIR=str(data_dir), WANDB_MODE="offline", WANDB_SILENT="true")
+    return subprocess.Popen([sys.executable, "-m", "ner_lightning.run", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def _wait_for(pattern_dir: Path, pattern: str, seconds: float = 120) -> Path | None:
+    import time
+
+    for _ in range(int(seconds * 5)):
+        found = sorted(pattern_dir.glob(pattern))
+        if found:
+            return found[0]
+        time.sleep(0.2)
+    return None
+
+
+def test_sigterm_exits_143_with_failure_json_from_a_run_and_from_a_sweep(toy_data_dir, tmp_path):
+    """What `timeout -s TERM` or a scheduler sends: the cell is interrupted, not finished."""
+    import signal
+
+    long = [*TOY, "trainer.max_epochs=500", "trainer.min_epochs=500"]
+    run = _popen([f"hydra.run.dir={tmp_path / 'r'}", *long], tmp_path, toy_data_dir)
+    assert _wait_for(tmp_path / "r", "csv/metrics.csv") is not None
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(120) == 143
+    failure = json.loads((tmp_path / "r" / "failure.json").read_text())
+    assert failure["status"] == "interrupted" and not (tmp_path / "r" / "results.json").exists()
+    sweep = _popen(["-m", "loss=ce,crf", f"hydra.sweep.dir={tmp_path / 's'}", *long], tmp_path, toy_data_dir)
+    assert _wait_for(tmp_path / "s", "0_*/csv/metrics.csv") is not None
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(120) == 143
+    assert json.loads(next((tmp_path / "s").glob("0_*/failure.json")).read_text())["status"] == "interrupted"
+    assert not list((tmp_path / "s").glob("1_*/cell.json"))  # the sweep stopped: the next cell never started
+
+
+def test_a_second_launch_into_a_running_sweep_folder_is_refused_and_the_first_finishes(toy_data_dir, tmp_path):
+    import time
+
+    grid = ["-m", "loss=ce,crf", f"hydra.sweep.dir={tmp_path / 's'}", *TOY, "trainer.max_epochs=300",
+            "trainer.min_epochs=300"]
+    first = _popen(grid, tmp_path, toy_data_dir)
+    assert _wait_for(tmp_path / "s", "0_*/cell.json") is not None
+    t0 = time.monotonic()
+    second = run_cli(grid, tmp_path, toy_data_dir)
+    assert second.returncode != 0 and time.monotonic() - t0 < 60
+    assert "is in use by pid" in second.stdout + second.stderr and "a sweep runs there now" in second.stdout + second.stderr
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
+    assert len(list((tmp_path / "s").glob("*/results.json"))) == 2 and not list((tmp_path / "s").glob("*/failure.json"))
+
+
+def test_another_copy_of_the_corpus_reruns_the_finished_cells_and_says_why(toy_data_dir, tmp_path):
+    """NER_DATA_DIR pointing at another copy of a corpus: the finished cells are not this grid's."""
+    import shutil
+
+    other = tmp_path / "other_data"
+    shutil.copytree(toy_data_dir, other)
+    with (other / "toy" / "train.txt").open("a") as fh:
+        fh.write("Maria NN I-NP B-PER\nsang NN I-NP O\n\n")
+    grid = ["-m", "loss=ce,crf", f"hydra.sweep.dir={tmp_path / 's'}", *TOY]
+    assert run_cli(grid, tmp_path, toy_data_dir).returncode == 0
+    again = run_cli(grid, tmp_path, toy_data_dir)
+    assert "2 cells — 2 done, 0 to run" in again.stdout + again.stderr
+    before = [json.loads(p.read_text()) for p in sorted((tmp_path / "s").glob("*/results.json"))]
+    moved = run_cli(grid, tmp_path, other)
+    out = moved.stdout + moved.stderr
+    assert moved.returncode == 0, out[-3000:]
+    assert "2 finished cell(s) will rerun" in out and "other input files: dataset:toy" in out
+    after = [json.loads(p.read_text()) for p in sorted((tmp_path / "s").glob("*/results.json"))]
+    for b, a in zip(before, after):
+        assert a["identity"]["inputs"]["dataset:toy"] != b["identity"]["inputs"]["dataset:toy"]
+        assert a["identity"]["settings_sha256"] == b["identity"]["settings_sha256"]
+        assert a["code"]["version"] and a["code"]["commit"] and a["precision"]["train"] in ("32-true", "bf16-mixed")

@@ -33,6 +33,7 @@ import json
 import sys
 from pathlib import Path
 
+from ner_lightning.report.checks import duplicates, pooled_differences, unknown_baseline, unknown_keys
 from ner_lightning.report.runs import choose_on_dev, load_runs, load_trials, mixed_settings, select_on_dev
 from ner_lightning.report.tables import (
     baseline_row_value, comparison_table, comparisons, corpus_average_table, paper_table, summary_table,
@@ -62,18 +63,38 @@ def parser() -> argparse.ArgumentParser:
                     "sweep's W&B group, offline by default: `wandb sync` uploads it later")
     ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--pool", default="", metavar="KEY[,KEY]", help="let a row average over runs that differ in "
+                    "these settings (refused otherwise: a row's runs may differ only in partition and seeds)")
+    ap.add_argument("--strict", action="store_true", help="stop at an unreadable results.json instead of skipping it")
     return ap
+
+
+def _refuse_guesses(runs: list[dict], by: list[str], metrics: list[str], pool: list[str], baseline: str | None) -> None:
+    """Stop, naming what is wrong, rather than print a table that mixes what it should not."""
+    problems = unknown_keys(runs, by, metrics) + unknown_baseline(runs, baseline, by)
+    if not problems:
+        problems = duplicates(runs, by)
+        if problems:
+            problems.insert(0, "the same run twice (one row, partition and initialisation) — remove one folder:")
+    if not problems:
+        problems = pooled_differences(runs, by, pool)
+        if problems:
+            problems.append("add the key to --by (a row per value), or --pool KEY to average over it")
+    if problems:
+        raise SystemExit("\n".join(problems))
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    runs, failed = load_runs(args.dirs)
+    runs, failed = load_runs(args.dirs, args.strict)
     if not runs and not failed:
         raise SystemExit(f"no results.json under {', '.join(map(str, args.dirs))}")
     by, metrics = args.by.split(","), args.metrics.split(",")
+    pool = [k for k in args.pool.split(",") if k] + [k for k in (args.select_on_dev, args.choose) if k]
     if args.select_on_dev:
         runs, chosen = select_on_dev(runs, args.select_on_dev, by)
         print(f"Chosen on dev ({args.select_on_dev}):\n" + "\n".join(f"- {c}" for c in chosen) + "\n")
+    _refuse_guesses(runs, by, metrics, pool, args.baseline)
     print(summary_table(runs, by, metrics, args.resamples, args.seed))
     if args.choose:
         print(f"\nChosen on dev ({args.choose}; mean best-dev monitor over the partitions every value ran on):")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES
@@ -9,13 +10,22 @@ from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES
 RESULT_KEYS = tuple(f"{section}." for section in RESULT_SECTIONS)
 
 
-def load_runs(dirs: list[Path]) -> tuple[list[dict], list[Path]]:
+def load_runs(dirs: list[Path], strict: bool = False) -> tuple[list[dict], list[Path]]:
     """All results under ``dirs`` and the failures of cells that have no results (a rerun that
-    succeeded supersedes an old ``failure.json`` in the same folder)."""
+    succeeded supersedes an old ``failure.json`` in the same folder). A results.json that cannot
+    be read is named and skipped (``strict``: the report stops)."""
     runs, failed = [], []
     for d in dirs:
+        if not Path(d).exists():
+            raise SystemExit(f"{d}: no such folder")
         for path in sorted(Path(d).rglob("results.json")):
-            run = json.loads(path.read_text())
+            try:
+                run = json.loads(path.read_text())
+            except (OSError, ValueError) as err:
+                if strict:
+                    raise SystemExit(f"{path}: not a readable results.json ({err}); remove or rerun that cell") from None
+                print(f"warning: skipped {path}: not a readable results.json ({err})", file=sys.stderr)
+                continue
             run["_dir"] = str(path.parent)
             runs.append(run)
         failed += [f for f in sorted(Path(d).rglob("failure.json")) if not (f.parent / "results.json").exists()]

@@ -63,6 +63,11 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
+def unreadable(path: Path) -> bool:
+    """A file that exists but is not readable JSON (a corrupt or truncated record)."""
+    return path.exists() and read_json(path) is None
+
+
 _manifest_cache: dict[str, tuple[float, dict]] = {}
 
 
@@ -75,8 +80,9 @@ def read_manifest(sweep_dir: str | Path) -> dict | None:
     cached = _manifest_cache.get(str(path))
     if cached is None or cached[0] != mtime:
         data = read_json(path)
-        if data is None:
-            return None
+        if data is None or not isinstance(data.get("cells"), list):
+            raise ValueError(f"{path} is corrupt (not a sweep manifest): restore it (e.g. from a sweep export) "
+                             "or delete it, and the next launch numbers the grid anew")
         data["_by_overrides"] = {tuple(c["overrides"]): c for c in data["cells"]}
         _manifest_cache[str(path)] = (mtime, data)
     return _manifest_cache[str(path)][1]
@@ -196,6 +202,9 @@ def status_of(cell_dir: Path) -> dict:
     res, fail, record = (read_json(cell_dir / n) for n in (RESULTS, FAILURE, CELL))
     if res is not None:
         return {"state": "done", "results": res, "record": record}
+    if unreadable(cell_dir / RESULTS):
+        return {"state": "failed", "failure": {"error": f"{cell_dir / RESULTS} is corrupt: rerun the sweep"},
+                "record": record}
     if fail is not None:
         return {"state": fail.get("status", "failed"), "failure": fail, "record": record}
     if record is not None:

@@ -36,7 +36,9 @@ class LocalLauncher(Launcher):
             try:
                 returns.append(self._run(idx, list(overrides)))
             except Exception as err:  # noqa: BLE001 — any set-up error fails this cell only
-                log.error("cell %s could not start: %s: %s", " ".join(overrides), type(err).__name__, err)
+                log.error("cell %s could not start (its folder, log file or config could not be set up — is the "
+                          "sweep folder %s writable?): %s: %s", " ".join(overrides), self.config.hydra.sweep.dir,
+                          type(err).__name__, err)
                 returns.append(JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns

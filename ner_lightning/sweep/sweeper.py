@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
-from hydra.core.utils import JobStatus
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
@@ -99,6 +99,8 @@ class GridSweeper(Sweeper):
         old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
         if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
             cell["rerun_because"] = why_different(old, ident, resolved)
+        elif cells.unreadable(sweep_dir / subdir / cells.RESULTS):
+            cell["rerun_because"] = "its results.json is corrupt"
         return cell
 
     def sweep(self, arguments: list[str]) -> Any:
@@ -147,7 +149,10 @@ class GridSweeper(Sweeper):
             batch = [c["overrides"] for c in todo[i : i + size]]
             results = self.launcher.launch(batch, initial_job_idx=todo[i]["cell"])
             returns.append(results)
-            failed += [c for c, r in zip(todo[i : i + size], results) if r.status != JobStatus.COMPLETED]
+            for c, r in zip(todo[i : i + size], results):
+                if r.status != JobStatus.COMPLETED:
+                    failed.append(c)
+                    c["last_error"] = _error_of(r)
         manifest["invocations"][-1].update({"finished": cells.now(), "failed": len(failed)})
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
         log.info("sweep %s: %d cells — %d ran, %d failed, %d done before | status: python -m ner_lightning.sweep "
@@ -161,3 +166,11 @@ class GridSweeper(Sweeper):
     def _done(cell_dir: Path, sha: str) -> bool:
         res = cells.read_json(cell_dir / cells.RESULTS)
         return res is not None and res.get("status") == "ok" and res.get("config_sha256") == sha
+
+
+def _error_of(job: JobReturn) -> str:
+    try:
+        _ = job.return_value  # re-raises the job's exception
+    except Exception as err:  # noqa: BLE001
+        return f"{type(err).__name__}: {err}"
+    return f"status {job.status.name}"
