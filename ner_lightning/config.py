@@ -1,7 +1,7 @@
 """OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
 ``${if_null:value,default}``, ``${sweep_cell:num}`` (a cell's number in its sweep manifest),
 ``${parallel_jobs:}``, ``${best_precision:accelerator}``, ``${fused_adamw:precision}`` (ner_lightning/hardware.py),
-``${at_most:value,limit}``, ``${folder_name:text}``."""
+``${at_most:value,limit}``, ``${folder_name:text}``, ``${cell_run_id:folder}``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,6 +37,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("at_most", _at_most)
     if not OmegaConf.has_resolver("folder_name"):
         OmegaConf.register_new_resolver("folder_name", _folder_name)
+    if not OmegaConf.has_resolver("cell_run_id"):
+        OmegaConf.register_new_resolver("cell_run_id", _cell_run_id)
 
 
 def _at_most(value: int, limit: int) -> int:
@@ -48,6 +50,21 @@ def _at_most(value: int, limit: int) -> int:
 def _folder_name(text: str) -> str:
     """``${folder_name:...}``: one folder name, never nested ("/" in an override value becomes "%2F")."""
     return str(text).replace("/", "%2F")
+
+
+def _cell_run_id(output_dir: str) -> str:
+    """``${cell_run_id:${paths.output_dir}}``: the W&B run id of a cell — its folder and, once it has
+    started, its identity (``cell.json``) — so every attempt of a resumed cell logs into one run."""
+    import hashlib
+    import json
+
+    if output_dir is None:  # a sweeper composing cells before they have folders
+        return ""
+    try:
+        identity = json.loads((Path(output_dir) / "cell.json").read_text()).get("config_sha256", "")
+    except (OSError, ValueError):
+        identity = ""
+    return hashlib.sha256(f"{Path(output_dir).resolve()}|{identity}".encode()).hexdigest()[:16]
 
 
 def _sweep_cell(job_num) -> int:

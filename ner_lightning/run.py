@@ -9,10 +9,8 @@ when the sweep ends.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import time
 import traceback
 from pathlib import Path
@@ -27,51 +25,9 @@ from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
 from ner_lightning.sweep.identity import cell_identity
+from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
 log = logging.getLogger("ner_lightning")
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells report them
-
-
-class Interrupted(BaseException):
-    """Ctrl-C or SIGTERM during a cell (not an ``Exception``: nothing may swallow it)."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-def _raise_interrupted(signum: int, _frame) -> None:
-    raise Interrupted(signum)
-
-
-@contextlib.contextmanager
-def interrupts_raised():
-    """SIGINT and SIGTERM raise :class:`Interrupted` while a cell runs, wherever it is (set-up,
-    training, testing), so it writes failure.json and exits 130 / 143. Left alone where another
-    handler is installed (submitit's, under the SLURM launcher)."""
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    previous = {s: signal.getsignal(s) for s in defaults}
-    for s, default in defaults.items():
-        if previous[s] is default:
-            signal.signal(s, _raise_interrupted)
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def exit_code(err: BaseException) -> int | None:
-    """The exit code of an interrupted cell (130 Ctrl-C, 143 SIGTERM), or None for a failure."""
-    from pytorch_lightning.utilities.exceptions import SIGTERMException
-
-    if isinstance(err, Interrupted):
-        return EXIT_CODES[err.signum]
-    if isinstance(err, SIGTERMException):
-        return EXIT_CODES[signal.SIGTERM]
-    if isinstance(err, (KeyboardInterrupt, SystemExit)):  # Lightning turns Ctrl-C into SystemExit(1)
-        return EXIT_CODES[signal.SIGINT]
-    return None
 
 
 def _device(cfg: DictConfig) -> dict:

@@ -303,3 +303,15 @@ def test_a_corrupt_manifest_is_named(tmp_path):
 def test_bad_values_are_refused_before_anything_runs_naming_the_key(toy_cfg, bad, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         toy_cfg(bad)
+
+
+def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg):
+    cfg = toy_cfg("logger=wandb")
+    out = Path(cfg.paths.output_dir)
+    assert cfg.logger.wandb.resume == "allow"
+    cells.begin(cfg, out, [], "sha-A", {})
+    first = cfg.logger.wandb.id
+    cells.begin(cfg, out, [], "sha-A", {})
+    assert cfg.logger.wandb.id == first  # the resumed attempt: the same run
+    cells.begin(cfg, out, [], "sha-B", {})
+    assert cfg.logger.wandb.id != first  # another cell in the same folder: another run

@@ -145,8 +145,9 @@ def test_sweep_resumes_where_it_stopped_and_skips_what_is_done(toy_data_dir, tmp
     import signal
     import time
 
-    grid = ["-m", "loss=ce,crf,ce2t", f"hydra.sweep.dir={tmp_path / 'a'}", *TOY]
-    proc = run_cli(grid[:2] + [f"hydra.sweep.dir={tmp_path / 'whole'}"] + TOY, tmp_path, toy_data_dir)
+    longer = [*TOY, "trainer.max_epochs=6", "trainer.min_epochs=6"]  # a cell lasts long enough to be killed in
+    grid = ["-m", "loss=ce,crf,ce2t", f"hydra.sweep.dir={tmp_path / 'a'}", *longer]
+    proc = run_cli(grid[:2] + [f"hydra.sweep.dir={tmp_path / 'whole'}"] + longer, tmp_path, toy_data_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "3 cells — 0 done, 3 to run" in proc.stdout + proc.stderr
     whole = _scores(tmp_path / "whole")

@@ -34,6 +34,7 @@ from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import cell_identity, why_different
+from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
 log = logging.getLogger("ner_lightning")
 
@@ -105,8 +106,14 @@ class GridSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        with cells.exclusive(sweep_dir, "sweep"):  # one launch per sweep folder
-            return self._sweep(sweep_dir, arguments)
+        try:
+            with interrupts_raised(), cells.exclusive(sweep_dir, "sweep"):  # one launch per sweep folder
+                return self._sweep(sweep_dir, arguments)
+        except BaseException as err:
+            code = exit_code(err)
+            if code is None or isinstance(err, SystemExit) and err.code == code:
+                raise
+            raise SystemExit(code) from None  # Ctrl-C / SIGTERM: the sweep stops, 130 / 143
 
     def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
