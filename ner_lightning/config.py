@@ -19,26 +19,15 @@ def _package_dir(package: str, sub: str = "") -> str:
 
 
 def register_resolvers() -> None:
-    if not OmegaConf.has_resolver("repo_root"):
-        OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT))
-    if not OmegaConf.has_resolver("package_dir"):
-        OmegaConf.register_new_resolver("package_dir", _package_dir)
-    if not OmegaConf.has_resolver("if_null"):
-        OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None else value)
-    if not OmegaConf.has_resolver("sweep_cell"):
-        OmegaConf.register_new_resolver("sweep_cell", _sweep_cell)
-    if not OmegaConf.has_resolver("parallel_jobs"):
-        OmegaConf.register_new_resolver("parallel_jobs", _parallel_jobs)
-    if not OmegaConf.has_resolver("best_precision"):
-        OmegaConf.register_new_resolver("best_precision", _best_precision)
-    if not OmegaConf.has_resolver("fused_adamw"):
-        OmegaConf.register_new_resolver("fused_adamw", _fused_adamw)
-    if not OmegaConf.has_resolver("at_most"):
-        OmegaConf.register_new_resolver("at_most", _at_most)
-    if not OmegaConf.has_resolver("folder_name"):
-        OmegaConf.register_new_resolver("folder_name", _folder_name)
-    if not OmegaConf.has_resolver("cell_run_id"):
-        OmegaConf.register_new_resolver("cell_run_id", _cell_run_id)
+    resolvers = {
+        "repo_root": lambda: str(REPO_ROOT), "package_dir": _package_dir,
+        "if_null": lambda value, default: default if value is None else value,
+        "sweep_cell": _sweep_cell, "parallel_jobs": _parallel_jobs, "best_precision": _best_precision,
+        "fused_adamw": _fused_adamw, "at_most": _at_most, "folder_name": _folder_name, "cell_run_id": _cell_run_id,
+    }
+    for name, resolver in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
 
 
 def _at_most(value: int, limit: int) -> int:
