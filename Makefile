@@ -37,7 +37,7 @@ test-fast: install  ## tests without the subprocess multiruns
 
 bench: install  ## one CE cell vs the raw encoder limit, a plain loop and HF Trainer: ratios (docs/benchmarks.md)
 	$(BIN)/python -m pip install -q -e ".[bench]"
-	$(BIN)/python benchmarks/bench_ce.py
+	$(BIN)/python benchmarks/bench_ce.py $(if $(BENCH_OUT),--out $(BENCH_OUT))
 
 slurm-check: install  ## (root) start a one-node SLURM here, run the 4-cell grid via local and hydra/launcher=slurm
 	bash benchmarks/slurm_localhost.sh

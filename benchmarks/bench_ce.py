@@ -284,6 +284,8 @@ def main() -> None:
     ap.add_argument("--limit-passes", type=int, default=3, help="timed passes per limit; the fastest counts")
     ap.add_argument("--skip", default="", help="comma list of plain,hf_trainer to leave out")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--min-ratio", type=float, default=0.75, help="exit non-zero when the framework's training or "
+                    "evaluation throughput is below this share of the fastest measured limit")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
     out_dir = Path(tempfile.mkdtemp(prefix="bench_ce_"))
@@ -346,6 +348,11 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(json.dumps({"limits": lim, "limits_measured": [first, again], "best": best, "rows": rows,
                                               "ratios": ratios, "argv": sys.argv}, indent=2))
+    slow = [k for k in ("train_vs_limit", "eval_vs_limit") if ratios[k] < args.min_ratio]
+    if slow:
+        sys.exit(f"FAILED: {', '.join(f'{k} {ratios[k]:.0%}' for k in slow)} is below {args.min_ratio:.0%} of the fastest "
+                 f"measured limit (training ran {fw['precision']['train']}, evaluation {fw['precision']['eval']}; the "
+                 f"fastest: train {best['train']}, eval {best['eval']}): a precision or throughput regression")
 
 
 if __name__ == "__main__":

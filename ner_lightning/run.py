@@ -77,15 +77,16 @@ def main(cfg: DictConfig) -> float | None:
     protocols.clear_running()
     t0 = time.time()
     try:
-        with interrupts_raised(), cells.exclusive(out_dir, "cell"):
-            device = _device(cfg)
-            identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
-            prefix, resume = cells.begin(cfg, out_dir, protocols.overrides(), identity["sha256"], device)
-            return protocols.run_protocol(cfg, protocols.Cell(prefix, identity["sha256"], device, identity), resume)
-    except cells.FolderInUse:
-        raise  # the folder is another process's: write nothing there
+        with interrupts_raised(), cells.exclusive(out_dir, "cell"):  # FolderInUse: another process's, left alone
+            try:
+                device = _device(cfg)
+                identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
+                prefix, resume = cells.begin(cfg, out_dir, protocols.overrides(), identity["sha256"], device)
+                return protocols.run_protocol(cfg, protocols.Cell(prefix, identity["sha256"], device, identity), resume)
+            except BaseException as err:
+                _write_failure(out_dir, err, time.time() - t0)  # while the folder is still ours
+                raise
     except BaseException as err:
-        _write_failure(out_dir, err, time.time() - t0)
         code = exit_code(err)
         if code is not None:
             raise SystemExit(code) from None  # the sweep stops too: SystemExit passes Hydra's job runner
