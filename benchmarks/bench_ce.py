@@ -36,10 +36,12 @@ from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from ner_lightning.config import compose_config
 from ner_lightning.data.alignment import collate_features
-from ner_lightning.hardware import precision_choice, reserve_heap
+from ner_lightning.hardware import reserve_heap
+from ner_lightning.precision import calibration
 from ner_lightning.protocols import train
 from timing import best_rate  # noqa: E402  (benchmarks/timing.py)
 
@@ -294,19 +296,20 @@ def main() -> None:
         f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false",
         "trainer.enable_progress_bar=false", "callbacks=none",
         "+callbacks.token_throughput._target_=ner_lightning.callbacks.monitoring.TokenThroughput",
-        "+callbacks.eval_precision._target_=ner_lightning.callbacks.monitoring.EvalPrecision", "+callbacks.eval_precision.precision=auto",
+        "+callbacks.eval_precision._target_=ner_lightning.callbacks.monitoring.EvalPrecision",
+        "+callbacks.eval_precision.precision=${best_precision:${trainer.accelerator},${model},eval}",
         "logger=none", *args.overrides,
     ], out_dir)
-    auto, why = precision_choice(str(cfg.trainer.accelerator))
+    chosen = calibration(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))
     heap = reserve_heap(cfg.runtime.malloc_top_pad_mb)  # the process's: limits, plain loop and Trainer get it too
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
-          f"{torch.get_num_threads()} threads; native precision here: {auto} ({why}); {heap}", flush=True)
+          f"{torch.get_num_threads()} threads; the framework's precision here: training {chosen['train']}, "
+          f"evaluation {chosen['eval']} ({chosen['why']}); {heap}", flush=True)
 
     first = limits(cfg, args.limit_tokens, args.limit_passes)
     _print_limits(first, "before the runs")
     train_p = "bf16" if cfg.trainer.precision == "bf16-mixed" else "fp32"
-    eval_p = "bf16" if (auto if cfg.callbacks.eval_precision.precision == "auto"
-                        else cfg.callbacks.eval_precision.precision) == "bf16-mixed" else "fp32"
+    eval_p = "bf16" if cfg.callbacks.eval_precision.precision == "bf16-mixed" else "fp32"
     rows = {}
     if "plain" not in args.skip:
         rows["plain"] = run_plain(cfg, train_p, eval_p)

@@ -62,10 +62,16 @@ def _sweep_cell(job_num) -> int:
     return cell_number(job_num)
 
 
-def _best_precision(accelerator: str = "auto") -> str:
-    from ner_lightning.hardware import best_precision
+def _best_precision(accelerator: str = "auto", model=None, stage: str = "train") -> str:
+    """``${best_precision:accelerator,${model},train|eval}``: measured (ner_lightning/precision.py);
+    without a model, the flags' rule (``${best_precision:cpu}``)."""
+    if model is None:
+        from ner_lightning.hardware import best_precision
 
-    return best_precision(accelerator)
+        return best_precision(accelerator)
+    from ner_lightning.precision import best_precision
+
+    return best_precision(accelerator, model, stage)
 
 
 def _fused_adamw(precision: str) -> bool:

@@ -29,6 +29,7 @@ from pytorch_lightning.callbacks import EarlyStopping
 from ner_lightning.callbacks import AuxiliaryPhases, ScheduleHorizon, TokenThroughput
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
 from ner_lightning.models.heads import HeadModule
+from ner_lightning.precision import recorded
 from ner_lightning.results import CellResult, best_epoch, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import code_version
@@ -230,7 +231,8 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
         phase_s={"setup": round(t["fit"] - t["start"], 2), "fit": round(t["test"] - t["fit"], 2),
                  "test": round(t["end"] - t["test"], 2)},
         throughput=next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {}),
-        precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision)},
+        precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision),
+                   "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))},
         identity=cell.identity, code=code_version(),
     )
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ from ner_lightning.config import REPO_ROOT, compose_config  # noqa: F401  (re-ex
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Measured precisions go to a cache of the test session, not the user's (ner_lightning/precision.py).
+os.environ.setdefault("NER_LIGHTNING_CACHE", tempfile.mkdtemp(prefix="ner_lightning_cache_"))
 
 # Sentences written for these tests (not taken from any corpus).
 TOY_SENTENCES = [
@@ -83,9 +86,10 @@ def toy_cfg(tmp_path, toy_data_dir):
 def cpu_without_native_bf16(monkeypatch):
     """In-process tests see a CPU without native bf16, so `auto` precisions resolve to fp32 on
     every machine (tests/test_hardware.py sets other flags itself)."""
-    from ner_lightning import hardware
+    from ner_lightning import hardware, precision
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(precision, "_memo", {})
 
 
 GENE = [[("BRCA1", "B-GENE"), ("binds", "O"), ("p53", "B-GENE"), ("protein", "I-GENE")],

@@ -62,25 +62,20 @@ class TokenThroughput(pl.Callback):
 
 class EvalPrecision(pl.Callback):
     """Runs the encoder of every dev/test evaluation under ``precision`` (training keeps
-    ``trainer.precision``): ``auto`` = bf16 where the hardware multiplies bf16 natively
-    (``ner_lightning.hardware``), else fp32; or a Lightning name (32-true, bf16-mixed, 16-mixed).
+    ``trainer.precision``), a Lightning name: 32-true, bf16-mixed, 16-mixed — by default the
+    fastest measured here (``${best_precision:…,eval}``, ``ner_lightning/precision.py``).
     Heads, losses and decoding stay fp32 (``NERModule.word_states``)."""
 
-    NAMES = ("auto", "32-true", "bf16-mixed", "16-mixed")
+    NAMES = ("32-true", "bf16-mixed", "16-mixed")
 
     def __init__(self, precision: str):
         if precision not in self.NAMES:
-            raise ValueError(f"callbacks.eval_precision.precision must be one of {self.NAMES}, got {precision!r}")
+            raise ValueError(f"callbacks.eval_precision.precision must be one of {self.NAMES} (the default, "
+                             "${best_precision:${trainer.accelerator},${model},eval}, measures the fastest), "
+                             f"got {precision!r}")
         self.precision = precision
-        self.chosen: str | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        from ner_lightning.hardware import precision_choice
-
-        if self.chosen is None:
-            accelerator = "gpu" if trainer.strategy.root_device.type == "cuda" else "cpu"
-            best, why = precision_choice(accelerator)
-            self.chosen, reason = (best, f"auto: {why}") if self.precision == "auto" else (
-                self.precision, f"set in the config; auto would pick {best}: {why}")
-            log.info("precision: training %s, evaluation %s (%s)", trainer.precision, self.chosen, reason)
-        pl_module.eval_precision = self.chosen
+        if pl_module.eval_precision != self.precision:
+            log.info("precision: training %s, evaluation %s", trainer.precision, self.precision)
+        pl_module.eval_precision = self.precision

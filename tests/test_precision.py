@@ -1,0 +1,85 @@
+"""The precision a cell runs in is the fastest measured here, cached; flags only pre-filter."""
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from ner_lightning import precision
+
+TINY = None
+
+
+@pytest.fixture
+def tiny(toy_cfg):
+    return OmegaConf.to_container(toy_cfg("model=tiny").model, resolve=True)
+
+
+@pytest.fixture
+def timing(monkeypatch, flags):
+    """A CPU with AVX-512 BF16 whose measured rates the test sets; counts the measurements."""
+    flags("avx512_bf16")
+    rates, calls = {}, []
+
+    def measure(model, name, device):
+        calls.append(name)
+        return {"train_tok_s": rates[name][0], "eval_tok_s": rates[name][1]}
+
+    monkeypatch.setattr(precision, "measure", measure)
+    return rates, calls
+
+
+@pytest.fixture
+def flags(monkeypatch):
+    from ner_lightning import hardware
+
+    def set_flags(*names):
+        monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset(names))
+    return set_flags
+
+
+def test_bf16_slower_than_fp32_means_fp32_and_faster_means_bf16(timing, tiny, monkeypatch, tmp_path):
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path / "slow"))
+    rates.update({"32-true": (1465, 10183), "bf16-mixed": (1065, 5995)})  # the Intel Xeon of the issue
+    assert (precision.best_precision("cpu", tiny, "train"), precision.best_precision("cpu", tiny, "eval")) == (
+        "32-true", "32-true")
+    monkeypatch.setattr(precision, "_memo", {})
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path / "fast"))
+    rates.update({"32-true": (1603, 8553), "bf16-mixed": (2760, 22586)})  # this AMD EPYC
+    assert precision.best_precision("cpu", tiny, "train") == "bf16-mixed"
+    monkeypatch.setattr(precision, "_memo", {})
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path / "tie"))
+    rates.update({"32-true": (1000, 1000), "bf16-mixed": (1030, 1030)})  # within timing noise: fp32
+    assert precision.best_precision("cpu", tiny, "eval") == "32-true"
+
+
+def test_a_machine_measures_once_and_reads_the_cache_after(timing, tiny, monkeypatch, tmp_path):
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    rates.update({"32-true": (100, 100), "bf16-mixed": (300, 300)})
+    assert precision.best_precision("cpu", tiny, "train") == "bf16-mixed" and calls == ["32-true", "bf16-mixed"]
+    monkeypatch.setattr(precision, "_memo", {})  # another process on the same machine
+    assert precision.best_precision("cpu", tiny, "eval") == "bf16-mixed" and len(calls) == 2
+    (entry,) = json.loads((tmp_path / "precision.json").read_text()).values()
+    assert entry["measured"]["bf16-mixed"]["train_tok_s"] == 300 and entry["train"] == "bf16-mixed"
+
+
+def test_without_native_bf16_nothing_is_measured(flags, tiny, monkeypatch):
+    flags("avx2")
+    monkeypatch.setattr(precision, "measure", lambda *a: pytest.fail("measured"))
+    assert precision.best_precision("cpu", tiny, "train") == "32-true"
+
+
+def test_every_cell_of_a_sweep_resolves_the_same_precision(timing, toy_cfg, monkeypatch, tmp_path):
+    """The sweeper resolves each cell's config (its identity); all cells read one measurement."""
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    rates.update({"32-true": (100, 100), "bf16-mixed": (300, 300)})
+    cells = [toy_cfg("model=tiny", "trainer.precision='${best_precision:cpu,${model},train}'", f"loss={loss}")
+             for loss in ("ce", "crf", "ova_auc")]
+    assert {c.trainer.precision for c in cells} == {"bf16-mixed"} and calls == ["32-true", "bf16-mixed"]
+
+
+def test_the_measurement_runs_the_real_encoder(tiny):
+    figures = precision.measure(tiny, "32-true", "cpu")
+    assert figures["train_tok_s"] > 0 and figures["eval_tok_s"] > figures["train_tok_s"]
