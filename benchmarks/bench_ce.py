@@ -297,7 +297,7 @@ def main() -> None:
         "trainer.enable_progress_bar=false", "callbacks=none",
         "+callbacks.token_throughput._target_=ner_lightning.callbacks.monitoring.TokenThroughput",
         "+callbacks.eval_precision._target_=ner_lightning.callbacks.monitoring.EvalPrecision",
-        "+callbacks.eval_precision.precision=${best_precision:${trainer.accelerator},${model},eval}",
+        "+callbacks.eval_precision.precision='${best_precision:${trainer.accelerator},${model},eval}'",
         "logger=none", *args.overrides,
     ], out_dir)
     chosen = calibration(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))

@@ -1,13 +1,14 @@
-"""The best numeric precision this machine runs natively (``trainer.precision: auto``), and two
-process settings of a cell: the C library's heap (``malloc_top_pad_mb``, :func:`reserve_heap`) and
+"""Which precisions this machine runs natively (the candidates ``ner_lightning.precision``
+measures; ``${best_precision:cpu}`` without a model is this flags' rule), and two process
+settings of a cell: the C library's heap (``malloc_top_pad_mb``, :func:`reserve_heap`) and
 torch's fill of new tensors under deterministic algorithms (``fill_uninitialized_memory``,
 :func:`fill_uninitialized_memory`).
 
 bf16 autocast pays only where the hardware multiplies bf16 natively: GPUs with bf16 (Ampere
 and newer) and CPUs with AVX-512 BF16 or AMX. Without it PyTorch emulates bf16 and runs
 slower than fp32 (MiniLM forward on a 2-core AVX2 EPYC: fp32 4,470 tok/s, bf16 700 tok/s;
-docs/benchmarks.md). The conf default ``trainer.precision: ${best_precision:${trainer.accelerator}}``
-resolves through :func:`best_precision`; the run logs the choice and its reason.
+docs/benchmarks.md). The conf default measures among the candidates instead of trusting the flags
+(``ner_lightning/precision.py``): a flag can promise more than the kernels deliver.
 """
 from __future__ import annotations
 

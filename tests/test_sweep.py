@@ -345,6 +345,8 @@ def test_another_copy_of_the_corpus_reruns_the_finished_cells_and_says_why(toy_d
     assert run_cli(grid, tmp_path, toy_data_dir).returncode == 0
     again = run_cli(grid, tmp_path, toy_data_dir)
     assert "2 cells — 2 done, 0 to run" in again.stdout + again.stderr
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert [len(v) for v in manifest["precision"].values()] == [1, 1]  # one precision for the whole sweep
     before = [json.loads(p.read_text()) for p in sorted((tmp_path / "s").glob("*/results.json"))]
     moved = run_cli(grid, tmp_path, other)
     out = moved.stdout + moved.stderr

@@ -96,7 +96,9 @@ class GridSweeper(Sweeper):
             resolved = OmegaConf.to_container(job, resolve=True, throw_on_missing=False)
         finally:
             HydraConfig.instance().cfg = saved
-        cell = {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": ident["sha256"]}
+        cell = {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": ident["sha256"],
+                "precision": {"train": OmegaConf.select(job, "trainer.precision", default=None),
+                              "eval": OmegaConf.select(job, "callbacks.eval_precision.precision", default=None)}}
         old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
         if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
             cell["rerun_because"] = why_different(old, ident, resolved)
@@ -138,6 +140,10 @@ class GridSweeper(Sweeper):
             dup = next(d for d in dirs if dirs.count(d) > 1)
             raise ValueError(f"two cells of this grid share the folder {dup!r}: they differ only in keys that "
                              "hydra.job.config.override_dirname.exclude_keys leaves out of folder names")
+        manifest["precision"] = {stage: sorted({str(c["precision"][stage]) for c in manifest["cells"]})
+                                 for stage in ("train", "eval")}
+        log.info("sweep %s: precision %s", sweep_dir, ", ".join(f"{stage} {'/'.join(v)}" for stage, v in
+                                                              manifest["precision"].items()))
         done = [c for c in manifest["cells"] if self.resume and self._done(sweep_dir / c["dir"], c["config_sha256"])]
         todo = [c for c in manifest["cells"] if c not in done]
         reruns = [c for c in todo if "rerun_because" in c]
