@@ -36,25 +36,20 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def _uses_gpu(accelerator: str) -> bool:
+def uses_gpu(accelerator: str) -> bool:
     import torch
 
     return accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
 
 
 def precision_choice(accelerator: str = "auto") -> tuple[str, str]:
-    """``(Lightning precision, why)`` for ``trainer.accelerator``."""
-    import torch
+    """``(Lightning precision, why)`` by the flags alone: the lowest precision worth measuring
+    (``ner_lightning.precision.candidates``) — what ``${best_precision:<accelerator>}`` without a
+    model gives."""
+    from ner_lightning.precision import candidates
 
-    if _uses_gpu(accelerator):
-        if torch.cuda.is_bf16_supported():
-            return "bf16-mixed", f"{torch.cuda.get_device_name()} has native bf16"
-        return "16-mixed", f"{torch.cuda.get_device_name()} has no bf16: fp16 with loss scaling"
-    native = [f for f in CPU_BF16_FLAGS if f in cpu_flags()]
-    if native:
-        return "bf16-mixed", f"the CPU has {' and '.join(native)}"
-    return "32-true", ("the CPU has no native bf16 (neither " + " nor ".join(CPU_BF16_FLAGS)
-                       + " in /proc/cpuinfo): emulated bf16 would be slower than fp32")
+    names, why = candidates(accelerator)
+    return names[1] if len(names) > 1 else names[0], why
 
 
 def best_precision(accelerator: str = "auto") -> str:
@@ -90,7 +85,7 @@ def trainer_precision(precision: str, accelerator: str = "auto", plugins=None) -
     passed on as it is."""
     if str(precision) != "bf16-mixed":
         return {"precision": precision, "plugins": plugins}
-    device = "cuda" if _uses_gpu(str(accelerator)) else "cpu"
+    device = "cuda" if uses_gpu(str(accelerator)) else "cpu"
     return {"precision": None, "plugins": [*(plugins or []), BF16Mixed(device)]}
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import platform
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -33,29 +34,36 @@ _memo: dict[str, dict] = {}
 
 def candidates(accelerator: str) -> tuple[list[str], str]:
     """The precisions worth measuring here and why the others are not."""
-    from ner_lightning.hardware import CPU_BF16_FLAGS, _uses_gpu, cpu_flags
+    from ner_lightning.hardware import CPU_BF16_FLAGS, uses_gpu, cpu_flags
 
-    if _uses_gpu(accelerator):
-        low = ["bf16-mixed", "16-mixed"] if torch.cuda.is_bf16_supported() else ["16-mixed"]
-        return ["32-true", *low], torch.cuda.get_device_name()
+    if uses_gpu(accelerator):
+        name = torch.cuda.get_device_name()
+        if torch.cuda.is_bf16_supported():
+            return ["32-true", "bf16-mixed", "16-mixed"], f"{name} has native bf16"
+        return ["32-true", "16-mixed"], f"{name} has no bf16: fp16 with loss scaling"
     native = [f for f in CPU_BF16_FLAGS if f in cpu_flags()]
     if native:
         return ["32-true", "bf16-mixed"], f"the CPU has {' and '.join(native)}"
-    return ["32-true"], "the CPU has no native bf16: emulated bf16 is slower than fp32, not measured"
+    return ["32-true"], ("the CPU has no native bf16 (neither " + " nor ".join(CPU_BF16_FLAGS)
+                         + " in /proc/cpuinfo): emulated bf16 would be slower than fp32")
+
+
+@lru_cache(maxsize=None)
+def _cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def _device_name(accelerator: str) -> str:
-    from ner_lightning.hardware import _uses_gpu, cpu_flags
+    from ner_lightning.hardware import cpu_flags, uses_gpu
 
-    if _uses_gpu(accelerator):
+    if uses_gpu(accelerator):
         return f"cuda:{torch.cuda.get_device_name()}"
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
-    return f"cpu:{model}:flags {flags}:threads {torch.get_num_threads()}"
+    return f"cpu:{_cpu_model()}:flags {flags}:threads {torch.get_num_threads()}"
 
 
 def _cache_path() -> Path:
@@ -102,22 +110,23 @@ def measure(model: dict, precision: str, device: str) -> dict[str, float]:
     return {"train_tok_s": round(best(train_step, 3), 1), "eval_tok_s": round(eval_rate, 1)}
 
 
-def _key(accelerator: str, model: dict, names: list[str]) -> str:
+def _key(device_name: str, model: dict, names: list[str]) -> str:
     encoder = {k: model.get(k) for k in ("name_or_path", "random_init", "tokenizer")}
-    return json.dumps({"device": _device_name(accelerator), "torch": torch.__version__, "encoder": encoder,
+    return json.dumps({"device": device_name, "torch": torch.__version__, "encoder": encoder,
                        "batch": BATCH, "candidates": names}, sort_keys=True, default=str)
 
 
 def recorded(accelerator: str, model: dict) -> dict | None:
     """What this process measured or read for the encoder (for results.json), or None."""
-    return _memo.get(_key(accelerator, model, candidates(accelerator)[0]))
+    return _memo.get(_key(_device_name(accelerator), model, candidates(accelerator)[0]))
 
 
 def calibration(accelerator: str, model: dict) -> dict:
     """The measured choice for training and evaluation (see the module docstring), cached."""
     names, why = candidates(accelerator)
-    device = "cuda" if _device_name(accelerator).startswith("cuda") else "cpu"
-    key = _key(accelerator, model, names)
+    device_name = _device_name(accelerator)
+    device = "cuda" if device_name.startswith("cuda") else "cpu"
+    key = _key(device_name, model, names)
     if key in _memo:
         return _memo[key]
     if len(names) == 1:
@@ -133,7 +142,7 @@ def calibration(accelerator: str, model: dict) -> dict:
         from ner_lightning.results import write_json_atomic
 
         write_json_atomic(path, {**_read(path), key: cached})
-        log.info("precision measured on %s: %s -> training %s, evaluation %s (cached in %s)", _device_name(accelerator),
+        log.info("precision measured on %s: %s -> training %s, evaluation %s (cached in %s)", device_name,
                  ", ".join(f"{n} train {m['train_tok_s']:,.0f} / eval {m['eval_tok_s']:,.0f} tok/s"
                            for n, m in measured.items()), cached["train"], cached["eval"], path)
     _memo[key] = cached

@@ -43,12 +43,15 @@ class Cell:
     """Who a run is in its sweep: its log prefix, config identity and device."""
 
     prefix: str = "run"
-    config_sha256: str | None = None
     device: dict | None = None
     identity: dict | None = None  # sweep.identity.cell_identity
 
+    @property
+    def config_sha256(self) -> str | None:
+        return self.identity["sha256"] if self.identity else None
+
     def named(self, suffix: str) -> "Cell":
-        return Cell(f"{self.prefix} {suffix}", self.config_sha256, self.device, self.identity)
+        return Cell(f"{self.prefix} {suffix}", self.device, self.identity)
 
 
 def overrides() -> list[str]:

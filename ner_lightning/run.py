@@ -82,7 +82,7 @@ def main(cfg: DictConfig) -> float | None:
                 device = _device(cfg)
                 identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
                 prefix, resume = cells.begin(cfg, out_dir, protocols.overrides(), identity["sha256"], device)
-                return protocols.run_protocol(cfg, protocols.Cell(prefix, identity["sha256"], device, identity), resume)
+                return protocols.run_protocol(cfg, protocols.Cell(prefix, device, identity), resume)
             except BaseException as err:
                 _write_failure(out_dir, err, time.time() - t0)  # while the folder is still ours
                 raise

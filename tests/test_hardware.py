@@ -8,7 +8,7 @@ from ner_lightning import hardware
 def flags(monkeypatch):
     def set_flags(*names):
         monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset(names))
-        monkeypatch.setattr(hardware, "_uses_gpu", lambda accelerator: False)
+        monkeypatch.setattr(hardware, "uses_gpu", lambda accelerator: False)
 
     return set_flags
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ner_lightning.report.runs import RESULT_KEYS, RESULT_VALUES, lookup, pair_id, partition_label
 from ner_lightning.results import GRID_PATHS
-from ner_lightning.sweep.identity import settings
+from ner_lightning.sweep.identity import flat, settings
 
 GROUPS = {"loss": ("loss",), "model": ("model",), "dataset": ("dataset", "data.corpus"), "data": ("data",),
           "multitask": ("multitask",), "optimizer": ("optimizer", "loss.optimizer"),
@@ -12,12 +12,6 @@ GROUPS = {"loss": ("loss",), "model": ("model",), "dataset": ("dataset", "data.c
           "aux": ("aux", "aux_datasets", "multitask.datamodule.auxiliaries", "data.auxiliaries")}
 # What replicates a cell (partitions, seeds): rows average over these.
 REPLICATE_NAMES = ("partition", "seed", "init_seed", "shuffle_seed")
-
-
-def flat(node, prefix: str = "") -> dict:
-    if isinstance(node, dict):
-        return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): str(node)}
 
 
 def _paths(key: str) -> tuple[str, ...]:
@@ -92,13 +86,12 @@ def unknown_keys(runs: list[dict], by: list[str], metrics: list[str]) -> list[st
 
 def unknown_baseline(runs: list[dict], baseline: str | None, by: list[str]) -> list[str]:
     """A --baseline KEY=VALUE whose KEY is not a --by key or whose VALUE no row has."""
-    from ner_lightning.report.tables import _baseline_value
+    from ner_lightning.report.tables import _baseline_value, _parse_baseline
 
     if not baseline:
         return []
+    _parse_baseline(baseline, by)  # KEY=VALUE with KEY one of --by, or it stops the report
     key, _, value = baseline.partition("=")
-    if key not in by or not value:
-        return [f"--baseline {baseline}: give KEY=VALUE with KEY one of --by ({','.join(by)})"]
     present = {str(lookup(r, key)) for r in runs}
     if _baseline_value(value, present) not in present:
         return [f"--baseline {baseline}: no row has {key}={value}; rows have {key} = {', '.join(sorted(present))}"]

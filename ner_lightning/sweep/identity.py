@@ -94,7 +94,11 @@ def settings(resolved: dict) -> dict:
 def cell_identity(cfg: DictConfig) -> dict:
     """``sha256`` (the cell's identity), ``settings_sha256`` and ``inputs`` of a completed config
     (``config.complete_config``) inside Hydra's runtime."""
-    resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    return identity_of(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
+
+
+def identity_of(resolved: dict) -> dict:
+    """:func:`cell_identity` of a config already resolved to plain containers."""
     found = inputs(resolved)
     settings_sha = hashlib.sha256(json.dumps(settings(resolved), sort_keys=True, default=str).encode()).hexdigest()
     sha = hashlib.sha256(json.dumps({"settings": settings_sha, "inputs": found}, sort_keys=True).encode()).hexdigest()
@@ -110,15 +114,16 @@ def why_different(old: dict | None, new: dict, new_config: dict) -> str:
                      if before["inputs"].get(k) != new["inputs"].get(k))
     if changed:
         return f"other input files: {', '.join(changed)}"
-    keys = _differing_keys(settings(old.get("config") or {}), settings(new_config))
+    before, after = flat(settings(old.get("config") or {})), flat(settings(new_config))
+    keys = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     return f"other settings: {', '.join(keys[:6])}{' …' if len(keys) > 6 else ''}" if keys else "other settings"
 
 
-def _differing_keys(a, b, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [k for key in sorted(set(a) | set(b))
-                for k in _differing_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
-    return [] if a == b else [prefix.rstrip(".")]
+def flat(node, prefix: str = "") -> dict[str, str]:
+    """A nested config as ``{"dotted.key": "value"}`` (values as text)."""
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): str(node)}
 
 
 def code_version() -> dict:

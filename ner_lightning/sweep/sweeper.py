@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
-from ner_lightning.sweep.identity import cell_identity, why_different
+from ner_lightning.sweep.identity import identity_of, why_different
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
 log = logging.getLogger("ner_lightning")
@@ -92,13 +92,13 @@ class GridSweeper(Sweeper):
         try:
             subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
             job = OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
-            ident = cell_identity(complete_config(job))
-            resolved = OmegaConf.to_container(job, resolve=True, throw_on_missing=False)
+            resolved = OmegaConf.to_container(complete_config(job), resolve=True, throw_on_missing=False)
+            ident = identity_of(resolved)
         finally:
             HydraConfig.instance().cfg = saved
         cell = {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": ident["sha256"],
-                "precision": {"train": OmegaConf.select(job, "trainer.precision", default=None),
-                              "eval": OmegaConf.select(job, "callbacks.eval_precision.precision", default=None)}}
+                "precision": {"train": (resolved.get("trainer") or {}).get("precision"),
+                              "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision")}}
         old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
         if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
             cell["rerun_because"] = why_different(old, ident, resolved)
