@@ -140,5 +140,5 @@ def fill_uninitialized_memory(fill: bool) -> str:
     if not isinstance(fill, bool):
         raise ValueError(f"runtime.fill_uninitialized_memory={fill!r}: give true or false")
     torch.utils.deterministic.fill_uninitialized_memory = fill
-    return ("new tensors filled with NaN under deterministic algorithms (fill_uninitialized_memory: true)" if fill
-            else "new tensors not pre-filled (fill_uninitialized_memory: false)")
+    return ("new tensors filled with NaN under deterministic algorithms (runtime.fill_uninitialized_memory: true)" if fill
+            else "new tensors not pre-filled (runtime.fill_uninitialized_memory: false)")
