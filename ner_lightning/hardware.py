@@ -140,5 +140,6 @@ def fill_uninitialized_memory(fill: bool) -> str:
     if not isinstance(fill, bool):
         raise ValueError(f"runtime.fill_uninitialized_memory={fill!r}: give true or false")
     torch.utils.deterministic.fill_uninitialized_memory = fill
-    return ("new tensors filled with NaN under deterministic algorithms (runtime.fill_uninitialized_memory: true)" if fill
-            else "new tensors not pre-filled (runtime.fill_uninitialized_memory: false)")
+    key = f"runtime.fill_uninitialized_memory: {str(fill).lower()}"
+    return f"new tensors filled with NaN under deterministic algorithms ({key})" if fill else \
+        f"new tensors not pre-filled ({key})"
