@@ -168,9 +168,18 @@ def apply_objective_requirements(cfg: DictConfig) -> DictConfig:
         elif data.framing != family.framing:
             raise ValueError(f"loss={cfg.loss._target_.rsplit('.', 1)[-1]} reads data.framing={family.framing} inputs, "
                              f"but data.framing={data.framing} was set: drop the data.framing override")
-        if data.get("label_scheme") is None:
-            data.label_scheme = "untyped" if family.untyped_spans else "typed"
+        data.label_scheme = label_scheme_needed(cfg) or data.label_scheme
     return cfg
+
+
+def label_scheme_needed(cfg: DictConfig) -> str | None:
+    """The ``data.label_scheme`` the objective will choose for this config, or None when the
+    config sets it explicitly (or is not one of ours)."""
+    from hydra.utils import get_class
+
+    if OmegaConf.select(cfg, "loss._target_") is None or OmegaConf.select(cfg, "data.label_scheme") is not None:
+        return None
+    return "untyped" if get_class(cfg.loss._target_).untyped_spans else "typed"
 
 
 # Keys whose type a typo would otherwise turn into an error deep inside Lightning or torch:

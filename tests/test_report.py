@@ -252,6 +252,27 @@ def test_choose_on_dev_takes_the_best_mean_over_shared_partitions(tmp_path, caps
     assert "| ce | 0.01 | 0.6967 ± " in out and "| 101.0000 ± " in out  # best_batch is a results.json value
 
 
+def test_paired_differences_across_label_schemes_are_refused(tmp_path, capsys):
+    """AUC-2T on untyped spans vs CE on typed labels: the summary prints, the paired difference
+    (and the paper table's marks) are refused naming the key; the same rows on one scheme pair."""
+    for p in range(3):
+        _write(tmp_path / "mixed", f"ce{p}", _result("ce", 20, p, 0.5, config={"data": {"label_scheme": "typed"}}))
+        _write(tmp_path / "mixed", f"auc{p}", _result("auc2t", 20, p, 0.6, config={"data": {"label_scheme": "untyped"}}))
+        for loss, f1 in (("ce", 0.5 + p / 100), ("auc2t", 0.6)):
+            _write(tmp_path / "same", f"{loss}{p}", _result(loss, 20, p, f1, config={"data": {"label_scheme": "untyped"}}))
+    runs, _ = load_runs([tmp_path / "mixed"])
+    with pytest.raises(SystemExit, match=r"row auc2t 20 vs ce 20: data.label_scheme is untyped vs typed"):
+        comparisons(runs, ["loss", "size"], ["test.micro.f1"], "loss=ce", 100, 0)
+    with pytest.raises(SystemExit, match="data.label_scheme"):
+        paper_table(runs, "loss", "size", "test.micro.f1", "ce", 0.05, 100, 0)
+    message = _run_report(capsys, tmp_path / "mixed", "--by", "loss,size", "--baseline", "loss=ce")
+    out = capsys.readouterr().out
+    assert "data.label_scheme is untyped vs typed" in message and "| auc2t | 20 |" in out and "mean diff" not in out
+    runs, _ = load_runs([tmp_path / "same"])
+    (found,) = comparisons(runs, ["loss", "size"], ["test.micro.f1"], "loss=ce", 100, 0)
+    assert found[0] == ("auc2t", "20") and found[2].n == 3 and found[2].diff.mean == pytest.approx(0.09)
+
+
 def test_data_row_key_is_the_regime_preset(tmp_path):
     """``--by data`` labels a run by its conf/data preset: the one recorded in results.json's
     grid, else the command line's, else data/default."""

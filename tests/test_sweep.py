@@ -357,3 +357,25 @@ def test_another_copy_of_the_corpus_reruns_the_finished_cells_and_says_why(toy_d
         assert a["identity"]["inputs"]["dataset:toy"] != b["identity"]["inputs"]["dataset:toy"]
         assert a["identity"]["settings_sha256"] == b["identity"]["settings_sha256"]
         assert a["code"]["version"] and a["code"]["commit"] and a["precision"]["train"] in ("32-true", "bf16-mixed")
+
+
+def test_headline_grid_runs_every_objective_on_the_labels_all_can_use(toy_data_dir, tmp_path):
+    """``loss=auc2t,ce``: AUC-2T needs untyped spans, CE would train on typed labels; the sweep
+    runs both on untyped labels (said before training, recorded as an override) and the report
+    pairs them. ``common_labels=false`` keeps each objective's labels: the report refuses to pair."""
+    common = ["dataset.name=toy", "dataset.dir=${paths.data_dir}/toy", "size=8", "partition=0,1", "debug=tiny",
+              "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1"]
+    proc = run_cli(["-m", "loss=auc2t,ce", *common, "hydra.sweep.dir=same"], tmp_path, toy_data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "every cell runs on data.label_scheme=untyped" in proc.stderr + proc.stdout
+    results = [json.loads(p.read_text()) for p in (tmp_path / "same").rglob("results.json")]
+    assert len(results) == 4 and {r["config"]["data"]["label_scheme"] for r in results} == {"untyped"}
+    assert all("data.label_scheme=untyped" in r["overrides"] for r in results)
+    report = [sys.executable, "-m", "ner_lightning.report", "--by", "loss", "--baseline", "loss=ce", "--resamples", "50"]
+    paired = subprocess.run([*report, "same"], cwd=tmp_path, capture_output=True, text=True)
+    assert paired.returncode == 0 and "| auc2t | test.micro.f1 |" in paired.stdout, paired.stderr
+    proc = run_cli(["-m", "loss=auc2t,ce", *common, "hydra.sweep.dir=own", "hydra.sweeper.common_labels=false"],
+                   tmp_path, toy_data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    refused = subprocess.run([*report, "own"], cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode == 1 and "data.label_scheme is untyped vs typed" in refused.stderr

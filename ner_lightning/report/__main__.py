@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n{note}")
     if args.average_over:
         print("\n" + corpus_average_table(runs, by, metrics[0], args.average_over, args.resamples, args.seed))
-    base_value = _print_comparisons(args, runs, by, metrics)
+    base_value = _print_comparisons(args, runs, by, metrics, pool)
     trials = load_trials(args.dirs)
     if trials:
         _print_trials(trials)
@@ -126,11 +126,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"- {f.parent.name}: {json.loads(f.read_text())['error'].splitlines()[0]}")
 
 
-def _print_comparisons(args: argparse.Namespace, runs: list[dict], by: list[str], metrics: list[str]) -> str | None:
+def _print_comparisons(args: argparse.Namespace, runs: list[dict], by: list[str], metrics: list[str],
+                       pool: list[str]) -> str | None:
     """The paired comparisons against ``--baseline`` and the ``--paper`` tables; the baseline row's value."""
     if args.baseline:
         print(f"\nPaired comparisons against {args.baseline} (pairs = same partition sentences and init seed):\n")
-        found = comparisons(runs, by, metrics, args.baseline, args.resamples, args.seed, args.test)
+        found = comparisons(runs, by, metrics, args.baseline, args.resamples, args.seed, args.test, pool)
         print(comparison_table(found, by, args.baseline, args.alpha, args.test))
     base_value = baseline_row_value(runs, args.baseline) if args.baseline else None
     if args.paper:
@@ -140,7 +141,7 @@ def _print_comparisons(args: argparse.Namespace, runs: list[dict], by: list[str]
                   + (f"; † differs from {base_value} ({args.test}, Holm, α={args.alpha})" if base_value else "")
                   + ":\n")
             print(paper_table(runs, method_key, column_key, m, base_value, args.alpha, args.resamples, args.seed,
-                              args.format, args.test))
+                              args.format, args.test, pool))
     return base_value
 
 

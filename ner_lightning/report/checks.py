@@ -43,15 +43,36 @@ def pooled_differences(runs: list[dict], by: list[str], pool: list[str]) -> list
     free = tuple(p for key in [*by, *pool] for p in _paths(key))
     problems = []
     for row, members in group(runs, by).items():
-        values: dict[str, set[str]] = {}
-        for r in members:
-            for key, value in flat(settings(r.get("config") or {})).items():
-                if not _free(key, free):
-                    values.setdefault(key, set()).add(value)
-        for key, seen in values.items():
+        for key, seen in _settings_of(members, free).items():
             if len(seen) > 1:
                 shown = ", ".join(sorted(seen)[:4]) + (" …" if len(seen) > 4 else "")
                 problems.append(f"row {' '.join(row)}: runs differ in {key} ({shown})")
+    return problems
+
+
+def _settings_of(members: list[dict], free: tuple[str, ...]) -> dict[str, set[str]]:
+    values: dict[str, set[str]] = {}
+    for r in members:
+        for key, value in flat(settings(r.get("config") or {})).items():
+            if not _free(key, free):
+                values.setdefault(key, set()).add(value)
+    return values
+
+
+def unpaired_rows(rows: dict[tuple, list[dict]], pairs: list[tuple[tuple, tuple]], by: list[str],
+                  pool: list[str] = ()) -> list[str]:
+    """One line per (row, baseline row) whose runs differ in a resolved setting other than the
+    ``by`` keys, the ``pool`` keys and the replicates — e.g. ``data.label_scheme`` when AUC-2T ran on
+    untyped spans and CE on typed labels: a paired difference of those rows measures both at once."""
+    free = tuple(p for key in [*by, *pool] for p in _paths(key))
+    problems = []
+    for row, ref in pairs:
+        mine, theirs = _settings_of(rows[row], free), _settings_of(rows[ref], free)
+        for key in sorted(set(mine) | set(theirs)):
+            if mine.get(key) != theirs.get(key):
+                shown = lambda v: ", ".join(sorted(v or {"(unset)"}))  # noqa: E731
+                problems.append(f"row {' '.join(row)} vs {' '.join(ref)}: {key} is {shown(mine.get(key))} vs "
+                                f"{shown(theirs.get(key))}")
     return problems
 
 

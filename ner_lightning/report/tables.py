@@ -87,19 +87,28 @@ TESTS = ("wilcoxon", "bootstrap", "ttest")
 
 
 def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: str, resamples: int,
-                seed: int, test: str = "wilcoxon") -> list[tuple[tuple, str, Comparison]]:
+                seed: int, test: str = "wilcoxon", pool: list[str] = ()) -> list[tuple[tuple, str, Comparison]]:
     """Every row against the baseline row with the same other ``by`` values, per metric; the
-    p-values of ``test`` get Holm's correction across all comparisons of a metric."""
+    p-values of ``test`` get Holm's correction across all comparisons of a metric. Rows whose
+    runs differ in more than the ``by`` keys (say, typed vs untyped labels) are refused."""
+    from ner_lightning.report.checks import unpaired_rows
+
     if test not in TESTS:
         raise SystemExit(f"--test must be one of {TESTS}, got {test!r}")
     at, value = _parse_baseline(baseline, by)
     rows = group(runs, by)
     value = _baseline_value(value, {k[at] for k in rows})
+    pairs = [(key, key[:at] + (value,) + key[at + 1:]) for key in rows]
+    pairs = [(key, ref) for key, ref in pairs if key[at] != value and ref in rows]
+    problems = unpaired_rows(rows, pairs, by, pool)
+    if problems:
+        raise SystemExit(f"refusing paired differences against {baseline}: rows differ in more than {','.join(by)}, "
+                         "so a difference would measure those settings too:\n" + "\n".join(problems) +
+                         "\nrerun them on the same settings (a grid sweep puts objectives that need different labels "
+                         "on data.label_scheme=untyped), or compare rows with the same settings")
     found = []
-    for key, rs in rows.items():
-        ref = key[:at] + (value,) + key[at + 1:]
-        if key[at] == value or ref not in rows:
-            continue
+    for key, ref in pairs:
+        rs = rows[key]
         for m in metrics:
             found.append((key, m, paired_compare(*paired_values(rs, rows[ref], m), resamples=resamples, seed=seed)))
     for m in metrics:
@@ -128,7 +137,8 @@ def comparison_table(found, by: list[str], baseline: str, alpha: float, test: st
 
 
 def paper_table(runs: list[dict], method_key: str, column_key: str, metric: str, baseline: str | None,
-                alpha: float, resamples: int, seed: int, fmt: str = "md", test: str = "wilcoxon") -> str:
+                alpha: float, resamples: int, seed: int, fmt: str = "md", test: str = "wilcoxon",
+                pool: list[str] = ()) -> str:
     """Methods × columns (sizes, shares, corpora …): mean with its bootstrap SE as in the
     papers, best in bold and second underlined per column, † = differs from the baseline
     method (its value of ``method_key``; ``test``, Holm-corrected within the table, α)."""
@@ -138,7 +148,8 @@ def paper_table(runs: list[dict], method_key: str, column_key: str, metric: str,
     est = {k: bootstrap_mean(values(rs, metric), resamples, seed) for k, rs in cells.items()}
     marks: dict[tuple, bool] = {}
     if baseline:
-        found = comparisons(runs, [method_key, column_key], [metric], f"{method_key}={baseline}", resamples, seed, test)
+        found = comparisons(runs, [method_key, column_key], [metric], f"{method_key}={baseline}", resamples, seed, test,
+                            pool)
         marks = {key: c.p_holm < alpha for key, _, c in found if not math.isnan(c.p_holm)}
     rank = {}
     for col in columns:

@@ -30,7 +30,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ner_lightning.config import complete_config
+from ner_lightning.config import complete_config, label_scheme_needed
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import identity_of, why_different
@@ -59,11 +59,13 @@ class GridSweeper(Sweeper):
     """Hydra's grid semantics on Hydra's public ``Sweeper`` interface, with the manifest and resume
     described above."""
 
-    def __init__(self, max_batch_size: int | None = None, params: dict | None = None, resume: bool = True):
+    def __init__(self, max_batch_size: int | None = None, params: dict | None = None, resume: bool = True,
+                 common_labels: bool = True):
         super().__init__()
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"hydra.sweeper.max_batch_size must be a positive number of cells or null, got {max_batch_size}")
         self.max_batch_size, self.params, self.resume = max_batch_size, dict(params or {}), resume
+        self.common_labels = common_labels
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
@@ -77,6 +79,31 @@ class GridSweeper(Sweeper):
         params_conf = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         return expand_grid(parser.parse_overrides(params_conf))
+
+    def _on_common_labels(self, jobs: list[list[str]]) -> list[list[str]]:
+        """A grid whose objectives need different labels (AUC-2T's untyped spans next to CE's typed
+        labels, ``data.label_scheme: null``) runs every such cell on the labels all of them can use
+        (``data.label_scheme=untyped``, one more override per cell, so it shows in the manifest,
+        the folder names and the cell identity): the cells then pair. ``common_labels: false``
+        keeps each objective's own labels (the report refuses to pair those rows)."""
+        loader, seen = self.hydra_context.config_loader, {}
+        needs = []
+        for job in jobs:
+            key = tuple(o for o in job if o.lstrip("+~").split("=")[0].split(".")[0].split("@")[0]
+                        in ("loss", "experiment", "data"))
+            if key not in seen:
+                seen[key] = label_scheme_needed(loader.load_sweep_config(master_config=self.config,
+                                                                         sweep_overrides=list(job)))
+            needs.append(seen[key])
+        chosen = {n for n in needs if n is not None}
+        if len(chosen) < 2 or not self.common_labels:
+            return jobs
+        losses = {o: n for job, n in zip(jobs, needs) if n for o in job if o.startswith(("loss=", "experiment="))}
+        log.warning("sweep: the grid's objectives need different labels (%s): every cell runs on "
+                    "data.label_scheme=untyped, the labels all of them can use, so their scores pair "
+                    "(hydra.sweeper.common_labels=false keeps each objective's own)",
+                    ", ".join(f"{o}: {n}" for o, n in sorted(losses.items())) or "typed and untyped")
+        return [job + ["data.label_scheme=untyped"] if n is not None else job for job, n in zip(jobs, needs)]
 
     def _describe(self, k: int, overrides: list[str], sweep_dir: Path) -> dict:
         """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
@@ -119,7 +146,7 @@ class GridSweeper(Sweeper):
 
     def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        jobs = self._expand(arguments)
+        jobs = self._on_common_labels(self._expand(arguments))
         old = cells.read_manifest(sweep_dir)
         if old is not None:  # resume, or a grown grid: earlier cells keep their numbers, new ones follow
             before = [c["overrides"] for c in old["cells"]]
