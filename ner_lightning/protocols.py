@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -26,7 +27,8 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping
 
-from ner_lightning.callbacks import AuxiliaryPhases, ScheduleHorizon, TokenThroughput
+from ner_lightning.callbacks import AuxiliaryPhases, PredictionWriter, ScheduleHorizon, TokenThroughput
+from ner_lightning.export import export_model, label_sets, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
 from ner_lightning.models.heads import HeadModule
 from ner_lightning.precision import recorded
@@ -198,6 +200,12 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
         trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
     t["end"] = time.perf_counter()
     result = cell_result(cfg, cell, trainer, module, callbacks, partition, resume, ckpt, t)
+    if cfg.export:
+        if ckpt and not cfg.evaluate_test:
+            load_weights(module, ckpt)  # testing loaded the selected weights; without a test, load them here
+        folder = export_model(module, result.config, out_dir / "export", result.precision["eval"])
+        result.export = folder.name
+        log.info("%s | exported: python -m ner_lightning.predict %s INPUT", cell.prefix, folder)
     result.attempts, result.wall_time_s = cells.attempts(out_dir, result.wall_time_s)
     result.write(out_dir / "results.json")
     summarise_wandb(loggers, result)
@@ -237,6 +245,9 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
         precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision),
                    "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))},
         identity=cell.identity, code=code_version(),
+        labels={name: list(ls.entity_types) for name, ls in label_sets(module).items()},
+        predictions=next(({split: os.path.relpath(path, cfg.paths.output_dir) for split, path in c.written.items()}
+                          for c in callbacks if isinstance(c, PredictionWriter)), None),
     )
 
 
@@ -315,6 +326,8 @@ def singleaux(cfg: DictConfig, cell: Cell = Cell()) -> CellResult:
     result.config = OmegaConf.to_container(cfg, resolve=True)
     result.finished = cells.now()
     result.wall_time_s = round(sum(r.wall_time_s for r in done.values()), 2)
+    result.predictions = {split: f"aux_{best}/{path}" for split, path in (result.predictions or {}).items()} or None
+    result.export = f"aux_{best}/{result.export}" if result.export else None
     result.singleaux = {"chosen": best, "monitor": cfg.monitor,
                         "dev_monitor": {n: r.dev_monitor for n, r in done.items()},
                         "candidates": {n: f"aux_{n}/candidate.json" for n in done}}

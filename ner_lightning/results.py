@@ -56,6 +56,9 @@ class CellResult:
     code: dict | None = None  # package version, git commit, uncommitted changes (sweep.identity.code_version)
     attempts: list | None = None  # each attempt of the cell: started, wall_time_s, resumed_from (cell.json)
     singleaux: dict | None = None  # SingleAux: the auxiliary chosen on dev and every candidate
+    labels: dict | None = None  # entity types of each head: main and, multi-corpus, each auxiliary corpus
+    predictions: dict | None = None  # split -> CoNLL file of the selected model's predictions (callbacks.predictions)
+    export: str | None = None  # the exported model's folder (export=true; ner_lightning.export)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -136,18 +136,17 @@ def test_answers_of_every_chunk_and_type_make_one_iob2_sentence(toy_cfg):
         (0, 0, 0, [[0.1], [0.1]]), (0, 2, 0, [[0.6], [0.9]]),  # LOC 2-3 overlaps PER, lower mean: dropped
         (1, 0, 0, [[0.2], [0.3]]), (1, 0, 1, [[0.4], [0.45]]),
     ]
-    pred = module.predicted_tags(collected, gold, "val")
+    pred = module.predicted_tags(collected, [len(g) for g in gold], "val")
     assert pred == [["B-PER", "I-PER", "I-PER", "O"], ["O", "O"]]
     with pytest.raises(RuntimeError, match="answers missing"):
-        module.predicted_tags(collected[:-1], gold, "val")
+        module.predicted_tags(collected[:-1], [len(g) for g in gold], "val")
 
 
 def test_pointer_answers_are_matched_per_type(toy_cfg):
     module = _module(toy_cfg, "loss.head=pointer")
-    gold = [["O"] * 5]
     collected = [(0, 0, 0, [[0.9, 0.1], [0.1, 0.8], [0.1, 0.1], [0.1, 0.1], [0.1, 0.1]]),
                  (0, 0, 1, [[0.1, 0.1], [0.1, 0.1], [0.1, 0.1], [0.8, 0.1], [0.1, 0.9]])]
-    assert module.predicted_tags(collected, gold, "val") == [["B-LOC", "I-LOC", "O", "B-PER", "I-PER"]]
+    assert module.predicted_tags(collected, [5], "val") == [["B-LOC", "I-LOC", "O", "B-PER", "I-PER"]]
 
 
 # --- heads and losses -------------------------------------------------------------------------

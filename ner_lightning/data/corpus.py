@@ -130,8 +130,10 @@ def read_conll(
     tag_scheme: str = "iob2",
     entity_types: Iterable[str] | None = None,
     split: str = "train",
+    tag_column: int = -1,
 ) -> list[Sentence]:
-    """Read a column file (token first, tag last, blank line between sentences).
+    """Read a column file (token first, tag in ``tag_column``, by default the last; a blank line
+    between sentences).
 
     ``delimiter`` is ``"\\t"`` or ``" "``; ``-DOCSTART-`` lines are skipped. Every token line
     must have the column count of the file's first token line. ``tag_scheme="iob1"``
@@ -168,7 +170,7 @@ def read_conll(
             continue
         where = f"{path}:{lineno}: {line!r}"
         cols, n_cols = _columns(line, delimiter, n_cols, where)
-        token, tag = cols[0], cols[-1]
+        token, tag = cols[0], cols[tag_column]
         if not token:
             raise CorpusFormatError(f"{where}: empty token")
         prev_type = _entity_type(tag, tag_scheme, prev_type, allowed, where)
@@ -178,6 +180,18 @@ def read_conll(
     if not sentences:
         raise CorpusFormatError(f"{path}: no sentences found")
     return sentences
+
+
+def write_conll(path: str | os.PathLike, tokens: Sequence[Sequence[str]], *columns: Sequence[Sequence[str]]) -> Path:
+    """One word per line, its token and its tag in each of ``columns``, tab-separated; a blank line
+    after each sentence (what :func:`read_conll` reads). Written atomically."""
+    from ner_lightning.results import write_atomic
+
+    lines = []
+    for i, words in enumerate(tokens):
+        rows = zip(words, *(column[i] for column in columns))
+        lines.append("".join("\t".join(row) + "\n" for row in rows) + "\n")
+    return write_atomic(path, lambda fh: fh.write("".join(lines).encode()), fsync=False)
 
 
 def _decoded_lines(path: Path) -> Iterable[tuple[int, str]]:

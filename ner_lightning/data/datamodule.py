@@ -91,6 +91,13 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 MAIN = "main"  # the head / corpus key of the main corpus
 
 
+def sorted_batches(items: list, batch_size: int, collate, length=lambda f: len(f.input_ids)) -> list[dict]:
+    """Evaluation batches: ``items`` sorted by length, cut at ``batch_size``, collated once (far
+    less padding than file order; the same batches for a split every time)."""
+    items = sorted(items, key=length)
+    return [collate(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
+
+
 class LowResourceDataModule(pl.LightningDataModule):
     """Train on ``size`` sentences drawn by (dataset, size, partition, seed); dev and test full.
 
@@ -107,7 +114,8 @@ class LowResourceDataModule(pl.LightningDataModule):
 
     What objectives and callbacks read of a data module: ``framing``, ``scheme`` (the
     multi-corpus scheme, ``singletask`` here), ``corpus_names`` and ``aux_label_sets`` (the
-    corpora a model needs a head for), ``label_counts()``, ``gold_tags(split)``.
+    corpora a model needs a head for), ``label_counts()``, ``sentences_of(split, corpus)`` and
+    ``gold_tags(split, corpus)``.
     """
 
     scheme = "singletask"
@@ -279,8 +287,14 @@ class LowResourceDataModule(pl.LightningDataModule):
         ids = [label for f in self.features["train"] for label in f.labels if label >= 0]
         return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=k)
 
-    def gold_tags(self, split: str) -> list[list[str]]:
-        return [list(s.tags) for s in self.sentences[split]]
+    def sentences_of(self, split: str, corpus: str = MAIN) -> list[Sentence]:
+        """The sentences of a split as evaluated (after entity-type projection and label scheme)."""
+        if corpus != MAIN:
+            raise KeyError(f"no corpus {corpus!r} in a single-corpus data module")
+        return self.sentences[split]
+
+    def gold_tags(self, split: str, corpus: str = MAIN) -> list[list[str]]:
+        return [list(s.tags) for s in self.sentences_of(split, corpus)]
 
     # --- loaders ---------------------------------------------------------------------------
     def _collate(self):
@@ -298,9 +312,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         )
 
     def sorted_batches(self, items: list, collate, length=lambda f: len(f.input_ids)) -> list[dict]:
-        """Evaluation batches: ``items`` sorted by length, cut at ``eval_batch_size``, collated once."""
-        items = sorted(items, key=length)
-        return [collate(items[i : i + self.eval_batch_size]) for i in range(0, len(items), self.eval_batch_size)]
+        return sorted_batches(items, self.eval_batch_size, collate, length)
 
     def _eval_loader(self, split: str) -> DataLoader:
         """Batches sorted by length, padded once per split and reused by every evaluation."""

@@ -157,10 +157,10 @@ class MultiCorpusDataModule(LowResourceDataModule):
         ids = [label for f in self.aux_features[name]["train"] for label in f.labels if label >= 0]
         return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(self.aux_label_sets[name]))
 
-    def gold_tags(self, split: str, corpus: str = MAIN) -> list[list[str]]:
+    def sentences_of(self, split: str, corpus: str = MAIN) -> list[Sentence]:
         if corpus == MAIN:
-            return super().gold_tags(split)
-        return [list(s.tags) for s in self.aux_sentences[corpus][split]]
+            return super().sentences_of(split)
+        return self.aux_sentences[corpus][split]
 
     # --- loaders -----------------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable, ClassVar, NamedTuple
+from typing import Callable, ClassVar, Iterable, NamedTuple
 
 import numpy as np
 import pytorch_lightning as pl
@@ -100,6 +100,7 @@ class NERModule(pl.LightningModule):
         self.scores: dict[str, dict] = {}  # latest span scores per stage
         self.history: list[dict] = []  # dev scores of every validation epoch
         self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
+        self.predictions: dict[str, dict[str, list[list[str]]]] = {}  # latest IOB2 tags per stage and corpus
         self._predictions: dict[str, dict[int, list]] = {"val": {}, "test": {}}  # per corpus index (0 = main)
         self.eval_precision: str | None = None  # set by callbacks.EvalPrecision; None = trainer.precision
         self.train()  # from_pretrained leaves the encoder in eval mode (dropout off)
@@ -236,12 +237,30 @@ class NERModule(pl.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._collect("test", batch)
 
+    def chunk_predictions(self, batch: dict) -> list[tuple[int, tuple]]:
+        """``(corpus index, (sentence index, word offset, label ids))`` per example of a batch:
+        what :meth:`predicted_tags` reassembles into whole sentences."""
+        preds = self.decode(batch)
+        corpus = batch["corpus"].tolist() if "corpus" in batch else [0] * len(preds)
+        return [(c, (si, off, p))
+                for c, si, off, p in zip(corpus, batch["sentence_index"].tolist(), batch["word_offset"].tolist(), preds)]
+
     def _collect(self, stage: str, batch: dict) -> None:
         with self._full_precision():
-            preds = self.decode(batch)
-        corpus = batch["corpus"].tolist() if "corpus" in batch else [0] * len(preds)
-        for c, si, off, p in zip(corpus, batch["sentence_index"].tolist(), batch["word_offset"].tolist(), preds):
-            self._predictions[stage].setdefault(c, []).append((si, off, p))
+            entries = self.chunk_predictions(batch)
+        for c, entry in entries:
+            self._predictions[stage].setdefault(c, []).append(entry)
+
+    @torch.no_grad()
+    def tag(self, batches: Iterable[dict], lengths: list[int]) -> list[list[str]]:
+        """IOB2 tags of whole sentences (main corpus) from their encoded batches, outside a
+        Trainer (``ner_lightning.predict``); ``lengths``: words per sentence."""
+        collected = []
+        for batch in batches:
+            batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            with self._full_precision():
+                collected += [entry for c, entry in self.chunk_predictions(batch) if c == 0]
+        return self.predicted_tags(collected, lengths, "predict")
 
     def on_fit_start(self) -> None:
         self._check_framing()
@@ -265,40 +284,45 @@ class NERModule(pl.LightningModule):
         collected, self._predictions[stage] = self._predictions[stage], {}
         if self.trainer.sanity_checking:
             return
-        dm = self.trainer.datamodule
-        gold = dm.gold_tags(SPLIT_OF_STAGE[stage])
-        scores = span_scores(gold, self.predicted_tags(collected.get(0, []), gold, stage))
-        self.scores[stage] = scores
-        flat = flat_scores(scores, stage)
-        if stage == "val":
-            self.history.append({"epoch": self.current_epoch, "batches": self.train_batches, "metrics": dict(flat),
-                                 "scores": scores})
-        self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
-        self.log_dict(flat)
-        for c in sorted(k for k in collected if k):  # auxiliary corpora of a multi-corpus run (test only)
+        dm, split = self.trainer.datamodule, SPLIT_OF_STAGE[stage]
+        self.predictions[stage] = {}
+        for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
             name = dm.corpus_names[c]
-            gold = dm.gold_tags(SPLIT_OF_STAGE[stage], name)
-            aux = span_scores(gold, self.predicted_tags(collected[c], gold, f"{stage} {name}", self.id2label_of(name)))
-            self.aux_scores[name] = aux
-            self.log(f"{stage}_aux/{name}/f1", aux["micro"]["f1"])
+            gold = dm.gold_tags(split, name)
+            lengths = [len(g) for g in gold]
+            pred = (self.predicted_tags(collected.get(0, []), lengths, stage) if c == 0 else
+                    self.predicted_tags(collected[c], lengths, f"{stage} {name}", self.id2label_of(name)))
+            self.predictions[stage][name] = pred
+            scores = span_scores(gold, pred)
+            if c:
+                self.aux_scores[name] = scores
+                self.log(f"{stage}_aux/{name}/f1", scores["micro"]["f1"])
+                continue
+            self.scores[stage] = scores
+            flat = flat_scores(scores, stage)
+            if stage == "val":
+                self.history.append({"epoch": self.current_epoch, "batches": self.train_batches,
+                                     "metrics": dict(flat), "scores": scores})
+            self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
+            self.log_dict(flat)
 
     def id2label_of(self, corpus: str) -> dict[int, str]:
         """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""
         return self.id2label
 
-    def predicted_tags(self, collected: list, gold: list[list[str]], stage: str,
+    def predicted_tags(self, collected: list, lengths: list[int], stage: str,
                        id2label: dict[int, str] | None = None) -> list[list[str]]:
         """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
-        chunk (what :meth:`_collect` stored); every gold word must be predicted exactly once.
-        ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""
+        chunk (:meth:`chunk_predictions`); ``lengths``: words per sentence, each predicted exactly
+        once. ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""
         id2label = id2label or self.id2label
-        pred = [[OUTSIDE] * len(g) for g in gold]
+        pred = [[OUTSIDE] * n for n in lengths]
         covered = 0
         for si, off, ids in collected:
             pred[si][off : off + len(ids)] = [id2label[i] for i in ids]
             covered += len(ids)
-        if covered != sum(len(g) for g in gold):
-            raise RuntimeError(f"{stage}: predicted {covered} words for {sum(map(len, gold))} gold words")
+        if covered != sum(lengths):
+            raise RuntimeError(f"{stage}: predicted {covered} words for {sum(lengths)} words")
         return pred
 
     def optimizer_parameters(self) -> list[dict]:

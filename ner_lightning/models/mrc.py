@@ -90,31 +90,31 @@ class MRCModule(NERModule):
         probs = torch.stack([logits[..., k : k + 2].softmax(-1)[..., 1] for k in range(0, logits.size(-1), 2)], -1)
         return [row[m].tolist() for row, m in zip(probs, batch["word_mask"])]
 
-    def _collect(self, stage: str, batch: dict) -> None:
-        with self._full_precision():
-            probs = self.decode(batch)
+    def chunk_predictions(self, batch: dict) -> list[tuple[int, tuple]]:
+        """``(0, (sentence index, word offset, type index, answers))`` per (chunk, queried type)."""
+        probs = self.decode(batch)
         keys = zip(batch["sentence_index"].tolist(), batch["word_offset"].tolist(), batch["type_index"].tolist())
-        self._predictions[stage].setdefault(0, []).extend((si, off, ti, p) for (si, off, ti), p in zip(keys, probs))
+        return [(0, (si, off, ti, p)) for (si, off, ti), p in zip(keys, probs)]
 
-    def predicted_tags(self, collected: list, gold: list[list[str]], stage: str) -> list[list[str]]:
+    def predicted_tags(self, collected: list, lengths: list[int], stage: str,
+                       id2label: dict[int, str] | None = None) -> list[list[str]]:
         """Reassemble each (sentence, type) answer over its chunks, decode it into spans and
         merge the types (:func:`ner_lightning.decoding.merge_typed_spans`)."""
         types = self.label_set.entity_types
         answers: dict[tuple[int, int], list] = {}
         for si, off, ti, p in collected:
-            row = answers.setdefault((si, ti), [None] * len(gold[si]))
+            row = answers.setdefault((si, ti), [None] * lengths[si])
             row[off : off + len(p)] = p
-        missing = sum(len(g) for g in gold) * len(types) - sum(
-            sum(x is not None for x in row) for row in answers.values())
+        missing = sum(lengths) * len(types) - sum(sum(x is not None for x in row) for row in answers.values())
         if missing:
-            raise RuntimeError(f"{stage}: {missing} (word, type) answers missing of {sum(map(len, gold)) * len(types)}")
+            raise RuntimeError(f"{stage}: {missing} (word, type) answers missing of {sum(lengths) * len(types)}")
         pred = []
-        for si, g in enumerate(gold):
+        for si, n in enumerate(lengths):
             candidates = []
             for ti, etype in enumerate(types):
                 row = answers[(si, ti)]
                 found = (inside_spans([p[0] for p in row]) if self.head == "tagger"
                          else pointer_spans([p[0] for p in row], [p[1] for p in row]))
                 candidates += [(etype, first, last, score) for first, last, score in found]
-            pred.append(merge_typed_spans(candidates, len(g), types))
+            pred.append(merge_typed_spans(candidates, n, types))
         return pred

@@ -1,0 +1,41 @@
+"""Dev and test predictions of the selected model, written next to ``results.json``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from ner_lightning.data.corpus import write_conll
+from ner_lightning.results import best_epoch
+
+
+class PredictionWriter(pl.Callback):
+    """``<dirpath>/dev.conll`` and ``test.conll`` (``test_<corpus>.conll`` for each auxiliary
+    corpus of a multi-corpus run): token, gold and predicted tag per line, as the span metrics
+    scored them. Dev is written at every evaluation that the checkpoint callback would select
+    (the first best ``monitor``, or every one when it selects nothing: the final model), so it
+    matches the weights that test runs with; test once, when testing ends."""
+
+    def __init__(self, dirpath: str):
+        self.dirpath = Path(dirpath)
+        self.written: dict[str, str] = {}  # split -> file
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or "val" not in pl_module.predictions or not pl_module.history:
+            return
+        ckpt = trainer.checkpoint_callback
+        monitor = ckpt.monitor if ckpt is not None else None
+        if monitor is None or best_epoch(pl_module.history, monitor) is pl_module.history[-1]:
+            self._write(trainer, pl_module.predictions["val"], "dev")
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module) -> None:
+        self._write(trainer, pl_module.predictions.get("test", {}), "test")
+
+    def _write(self, trainer: pl.Trainer, predicted: dict[str, list[list[str]]], split: str) -> None:
+        dm = trainer.datamodule
+        for corpus, tags in predicted.items():
+            sentences = dm.sentences_of(split, corpus)
+            name = split if corpus == dm.corpus_names[0] else f"{split}_{corpus}"
+            path = write_conll(self.dirpath / f"{name}.conll", [s.tokens for s in sentences],
+                               [s.tags for s in sentences], tags)
+            self.written[name] = str(path)

@@ -1,0 +1,91 @@
+"""Tag text with an exported model (``ner_lightning.export``), writing CoNLL.
+
+    python -m ner_lightning.predict EXPORT_DIR sentences.txt            # one sentence per line
+    python -m ner_lightning.predict EXPORT_DIR test.conll --out pred.conll   # token ... tag columns
+
+Raw text is split into words on whitespace (``--tokenizer whitespace``) or into words and
+punctuation (``--tokenizer simple``, the default); a CoNLL file keeps its words, and its gold tags
+are written next to the predictions (token, gold, predicted) and scored with seqeval.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from ner_lightning.data.corpus import CorpusFormatError, read_conll, write_conll
+
+WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+(?:[-'’]\w+)*|[^\w\s]")
+TAG = re.compile(r"^(O|[BI]-.+)$")
+TOKENIZERS = {"whitespace": str.split, "simple": WORD.findall}
+
+
+def detect_format(path: Path) -> str:
+    """``conll`` when the first token lines have a word and a tag column, else ``text``."""
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:200]
+             if line.strip() and not line.startswith("-DOCSTART-")][:20]
+    rows = [re.split(r"\t| ", line.strip()) for line in lines]
+    return "conll" if rows and all(len(r) >= 2 and TAG.match(r[-1]) for r in rows) else "text"
+
+
+def read_input(path: Path, fmt: str, tokenizer: str) -> tuple[list[list[str]], list[list[str]] | None]:
+    """Words of each sentence and, for a CoNLL file, its gold tags."""
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "conll":
+        first = next(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        sentences = read_conll(path, delimiter="\t" if "\t" in first else " ", split="predict")
+        return [list(s.tokens) for s in sentences], [list(s.tags) for s in sentences]
+    split = TOKENIZERS[tokenizer]
+    text = path.read_text(encoding="utf-8")
+    return [words for words in (split(line) for line in text.splitlines()) if words], None
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m ner_lightning.predict", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", type=Path, help="an exported model folder (<cell>/export, or python -m ner_lightning.export)")
+    ap.add_argument("input", type=Path, help="raw text, one sentence per line, or a CoNLL file")
+    ap.add_argument("--format", choices=("auto", "text", "conll"), default="auto",
+                    help="input format (auto: CoNLL when the lines end in a tag column)")
+    ap.add_argument("--tokenizer", choices=tuple(TOKENIZERS), default="simple", help="how raw text is split into words")
+    ap.add_argument("--out", type=Path, help="the CoNLL file to write (default: standard output)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
+    ap.add_argument("--precision", choices=("32-true", "bf16-mixed", "16-mixed"),
+                    help="encoder precision (default: the one the cell evaluated in)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.input.is_file():
+        print(f"error: {args.input}: no such file", file=sys.stderr)
+        return 2
+    try:
+        words, gold = read_input(args.input, args.format, args.tokenizer)
+        from ner_lightning.export import load
+
+        model = load(args.model, args.device, args.precision)
+    except (CorpusFormatError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    predicted = model.tag(words)
+    columns = [gold, predicted] if gold is not None else [predicted]
+    if args.out:
+        write_conll(args.out, words, *columns)
+    else:
+        for i, sentence in enumerate(words):
+            sys.stdout.write("".join("\t".join(row) + "\n" for row in zip(sentence, *(c[i] for c in columns))) + "\n")
+    summary = f"tagged {len(words)} sentences, {sum(map(len, words))} words"
+    if gold is not None:
+        from ner_lightning.metrics import span_scores
+
+        micro = span_scores(gold, predicted)["micro"]
+        summary += f"; against the file's tags: span F1 {micro['f1']:.4f} (P {micro['precision']:.4f}, R {micro['recall']:.4f})"
+    print(summary + (f" -> {args.out}" if args.out else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
