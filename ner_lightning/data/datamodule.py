@@ -104,7 +104,8 @@ class LowResourceDataModule(pl.LightningDataModule):
     Regimes, applied in this order to the training set only (``ner_lightning.data.regimes``):
     partition or imbalance sample (``imbalance.entity_share``) -> entity-type projection
     (``entity_types``) and ``label_scheme=untyped`` (both also applied to dev and test) -> ``resample`` -> ``undersample`` ->
-    ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism);
+    ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism), test to
+    ``test_size`` (quick checks; reported results use the full test split);
     ``train_on_dev`` adds the dev sentences to the training set (a final-model protocol).
     Evaluation batches are sorted by length (results unchanged, far less padding).
 
@@ -133,6 +134,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         max_length: int,
         framing: str,
         dev_size: int | None,
+        test_size: int | None,
         train_on_dev: bool,
         group_by_length: bool,
         length_window: int | None,
@@ -153,7 +155,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.size, self.partition, self.seed = size, partition, seed
         self.shuffle_seed = shuffle_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.dev_size = dev_size
+        self.dev_size, self.test_size = dev_size, test_size
         self.train_on_dev = train_on_dev
         self.group_by_length, self.length_window = group_by_length, length_window
         self.num_workers = num_workers
@@ -201,7 +203,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         c = self.corpus
         partition = self._select_partition()
         dev = sample_partition(c.dev, self.dev_size, 0, self.seed, c.name, split="dev", key="data.dev_size")
-        test = c.test
+        test = sample_partition(c.test, self.test_size, 0, self.seed, c.name, split="test", key="data.test_size")
         if self.entity_types:
             partition, dev, test = (project_entity_types(x, self.entity_types) for x in (partition, dev, test))
         if self.label_scheme == "untyped":
@@ -267,6 +269,7 @@ class LowResourceDataModule(pl.LightningDataModule):
             "dev_sentences": len(self.sentences["dev"]),
             "dev_sha256": digest(s.id for s in self.sentences["dev"]),
             "test_sentences": len(self.sentences["test"]),
+            "test_sha256": digest(s.id for s in self.sentences["test"]),
             "notes": self.corpus.notes,
         }
 
