@@ -162,6 +162,21 @@ def _log_partition(cfg: DictConfig, prefix: str, partition: dict) -> None:
              partition["dev_sentences"], partition["test_sentences"])
 
 
+def _log_model(cfg: DictConfig, prefix: str, module: pl.LightningModule, trainer: pl.Trainer) -> None:
+    """One line for what Lightning's model summary table says (``trainer.enable_model_summary``)."""
+    def count(n: int) -> str:
+        return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K" if n >= 1e3 else str(n)
+
+    encoder = sum(p.numel() for p in module.encoder.parameters())
+    heads = sum(p.numel() for p in module.parameters()) - encoder
+    frozen = ", frozen" if module.encoder.frozen else ""
+    config = module.encoder.model.config.to_dict()
+    log.info("%s | %s on a %s-layer %s encoder (%s parameters%s) + heads of %s | precision: training %s, "
+             "evaluation %s", prefix, type(module).__name__, config.get("num_hidden_layers", "?"), config["model_type"],
+             count(encoder), frozen, count(heads), trainer.precision,
+             module.eval_precision or OmegaConf.select(cfg, "callbacks.eval_precision.precision") or trainer.precision)
+
+
 def loadable(path: Path) -> bool:
     """A checkpoint is a zip archive; one cut short by a kill has no end record (read from the
     file's end only — Lightning then loads it once)."""
@@ -173,9 +188,9 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
     config to continue from (model, optimiser, schedule, loops, RNG, history)."""
     t = {"start": time.perf_counter()}
     out_dir = Path(cfg.paths.output_dir)
-    pl.seed_everything(cfg.init_seed, workers=True)
-    log.info("%s | %s", cell.prefix, reserve_heap(cfg.runtime.malloc_top_pad_mb))
-    log.info("%s | %s", cell.prefix, fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory))
+    pl.seed_everything(cfg.init_seed, workers=True, verbose=False)
+    log.debug("%s | %s", cell.prefix, reserve_heap(cfg.runtime.malloc_top_pad_mb))
+    log.debug("%s | %s", cell.prefix, fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory))
     check_protocol(cfg)
     encoder = instantiate(cfg.model)
     datamodule = build_datamodule(cfg, encoder.tokenizer)
@@ -185,6 +200,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
     module = build_module(cfg, encoder, datamodule)
     trainer, callbacks, loggers = build_trainer(cfg)
     _log_partition(cfg, cell.prefix, partition)
+    _log_model(cfg, cell.prefix, module, trainer)
     if resume is not None and not loadable(resume):
         log.warning("%s | %s cannot be read (killed while writing?): training from epoch 0", cell.prefix, resume)
         resume = None

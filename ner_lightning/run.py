@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
-from ner_lightning import protocols
+from ner_lightning import console, protocols
 from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
@@ -73,6 +73,7 @@ def main(cfg: DictConfig) -> float | None:
     a ``last.ckpt`` of the same identity is resumed. Ctrl-C / SIGTERM exit 130 / 143. A failure writes
     ``failure.json`` and keeps the checkpoints for a rerun; a success writes ``results.json``
     and drops them."""
+    console.quiet(cfg.runtime.quiet)
     out_dir = Path(cfg.paths.output_dir)
     protocols.clear_running()
     t0 = time.time()

@@ -77,5 +77,5 @@ class EvalPrecision(pl.Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if pl_module.eval_precision != self.precision:
-            log.info("precision: training %s, evaluation %s", trainer.precision, self.precision)
+            log.debug("precision: training %s, evaluation %s", trainer.precision, self.precision)
         pl_module.eval_precision = self.precision
