@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning import console, protocols
-from ner_lightning.config import complete_config
+from ner_lightning.config import CONFIG_DIR, complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
 from ner_lightning.sweep.identity import cell_identity
@@ -63,7 +63,7 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float) -> None:
               failure["error"], where)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Runs one cell; returns its best dev ``monitor`` value — never a test score — for sweepers
     that optimise the return value.
@@ -97,6 +97,11 @@ def main(cfg: DictConfig) -> float | None:
         protocols.finish_wandb()
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``ner-lightning`` command (``python -m ner_lightning.run``)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     main()
+
+
+if __name__ == "__main__":
+    cli()
