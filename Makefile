@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The CPU build of torch (an unpinned torch pulls a CUDA build of several GB).
+# The CPU build of torch (an unpinned torch pulls a CUDA build of several GB). For a GPU, a CUDA
+# build from PyTorch's index (docs/gpu_and_cluster.md):
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 STAMP  := $(VENV)/.installed
 
 .PHONY: help install run sweep test test-fast bench slurm-check clean
@@ -13,7 +16,7 @@ help:  ## list targets
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -e ".[test]"
 	# libauc's wheel declares torchvision, torch_geometric, ogb ... that its losses and
 	# optimizers never import: install it alone and check that what we use imports.

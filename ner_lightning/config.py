@@ -1,7 +1,8 @@
 """OmegaConf resolvers used by ``conf/``: ``${repo_root:}``, ``${package_dir:pkg,sub}``,
 ``${if_null:value,default}``, ``${sweep_cell:num}`` (a cell's number in its sweep manifest),
 ``${parallel_jobs:}``, ``${best_precision:accelerator}``, ``${fused_adamw:precision}`` (ner_lightning/hardware.py),
-``${at_most:value,limit}``, ``${folder_name:text}``, ``${cell_run_id:folder}``."""
+``${at_most:value,limit}``, ``${folder_name:text}``, ``${cell_run_id:folder}``,
+``${sweep_name:experiment,sweep_dir}``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,6 +25,7 @@ def register_resolvers() -> None:
         "if_null": lambda value, default: default if value is None else value,
         "sweep_cell": _sweep_cell, "parallel_jobs": _parallel_jobs, "best_precision": _best_precision,
         "fused_adamw": _fused_adamw, "at_most": _at_most, "folder_name": _folder_name, "cell_run_id": _cell_run_id,
+        "sweep_name": _sweep_name,
     }
     for name, resolver in resolvers.items():
         if not OmegaConf.has_resolver(name):
@@ -39,6 +41,20 @@ def _at_most(value: int, limit: int) -> int:
 def _folder_name(text: str) -> str:
     """``${folder_name:...}``: one folder name, never nested ("/" in an override value becomes "%2F")."""
     return str(text).replace("/", "%2F")
+
+
+def _sweep_name(experiment: str | None, sweep_dir: str) -> str:
+    """``${sweep_name:${hydra:runtime.choices.experiment},${hydra:sweep.dir}}``: the W&B group of a
+    sweep's cells — the experiment (if any) and when the sweep started (``multirun/<date>/<time>``),
+    or the folder's name for a sweep folder of the user's choosing: ``replication_auc2t
+    2026-11-25 16:06:32``."""
+    folder = Path(str(sweep_dir))
+    date, time = folder.parent.name, folder.name
+    if len(date) == 10 and date[4] == date[7] == "-" and len(time) >= 8 and time[2] == time[5] == "-":
+        name = f"{date} {time[:8].replace('-', ':')}"
+    else:
+        name = folder.name
+    return f"{experiment} {name}" if experiment else name
 
 
 def _cell_run_id(output_dir: str) -> str:
@@ -212,4 +228,16 @@ def check_values(cfg: DictConfig) -> DictConfig:
                          "training ends by a batch budget or trainer.max_steps)")
     if max_epochs is not None and max_epochs > 0 and min_epochs > max_epochs:
         raise ValueError(f"trainer.min_epochs={min_epochs} > trainer.max_epochs={max_epochs}: lower min_epochs")
+    _check_one_device(OmegaConf.select(cfg, "trainer.devices", default=1))
     return cfg
+
+
+def _check_one_device(devices) -> None:
+    """A cell runs on one device (docs/gpu_and_cluster.md: several GPUs run several cells at once)."""
+    many = (devices in ("auto", -1, "-1") or isinstance(devices, int) and devices > 1
+            or isinstance(devices, str) and devices.isdigit() and int(devices) > 1
+            or not isinstance(devices, (int, str)) and len(devices) > 1)
+    if many:
+        raise ValueError(f"trainer.devices={devices}: a cell trains on one device — several GPUs serve a grid as one "
+                         "cell per GPU (hydra/launcher=parallel or slurm, docs/gpu_and_cluster.md), not one cell "
+                         "across GPUs (DDP is out of scope)")

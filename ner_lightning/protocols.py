@@ -286,7 +286,7 @@ def tune(cfg: DictConfig, cell: Cell = Cell()) -> float:
     """One sweeper trial: the cell on each of ``tune_partitions`` (in ``partition<k>/``), and the
     mean of their best-dev ``monitor`` values, also written to ``tune.json``."""
     out_dir = Path(cfg.paths.output_dir)
-    values = {}
+    values, started = {}, time.perf_counter()
     for p in cfg.tune_partitions:
         run = copy.deepcopy(cfg)
         with open_dict(run):
@@ -295,8 +295,9 @@ def tune(cfg: DictConfig, cell: Cell = Cell()) -> float:
         values[int(p)] = train(run, cell=cell.named(f"partition {p}")).dev_monitor
         finish_wandb()
     mean = statistics.fmean(values.values())
-    write_json_atomic(out_dir / "tune.json", {"overrides": overrides(), "monitor": cfg.monitor,
-                                              "partitions": values, "mean": mean})
+    write_json_atomic(out_dir / cells.TUNE, {"overrides": overrides(), "monitor": cfg.monitor, "partitions": values,
+                                             "mean": mean, "config_sha256": cell.config_sha256,
+                                             "wall_time_s": round(time.perf_counter() - started, 2)})
     log.info("trial %s | mean dev %s over partitions %s = %.4f", " ".join(overrides()), cfg.monitor,
              list(values), mean)
     return mean

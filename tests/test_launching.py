@@ -299,10 +299,26 @@ def test_a_corrupt_manifest_is_named(tmp_path):
     ("trainer.max_epochs=two", "trainer.max_epochs='two': expected an int"),
     ("trainer.min_epochs=40", "trainer.min_epochs=40 > trainer.max_epochs=2"),
     ("data.batch_size=1.5", "data.batch_size=1.5: expected an int"),
+    ("trainer.devices=2", "trainer.devices=2: a cell trains on one device"),
+    ("trainer.devices=auto", "trainer.devices=auto: a cell trains on one device"),
+    ("trainer.devices=[0,1]", "trainer.devices=[0, 1]: a cell trains on one device"),
 ])
 def test_bad_values_are_refused_before_anything_runs_naming_the_key(toy_cfg, bad, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         toy_cfg(bad)
+
+
+def test_one_device_per_cell_is_accepted(toy_cfg):
+    for ok in ("trainer.devices=1", "trainer.devices=[1]"):
+        toy_cfg(ok)
+
+
+def test_wandb_group_is_the_experiment_and_start_time_of_the_sweep():
+    from ner_lightning.config import _sweep_name
+
+    assert _sweep_name(None, "multirun/2026-11-25/16-06-32-123456") == "2026-11-25 16:06:32"
+    assert _sweep_name("replication_auc2t", "/x/multirun/2026-11-25/16-06-32-1") == "replication_auc2t 2026-11-25 16:06:32"
+    assert _sweep_name(None, "/shared/sweeps/objectives") == "objectives"
 
 
 def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg):

@@ -325,3 +325,16 @@ def test_an_unreadable_results_json_is_named_and_skipped_or_stops_the_report(swe
     assert f"skipped {sweep / '0' / 'results.json'}" in captured.err and "| ce | 20 |" in captured.out
     message = _run_report(None, sweep, "--by", "loss,size", "--strict")
     assert str(sweep / "0" / "results.json") in message
+
+
+def test_swept_floats_are_rounded_but_kept_apart(tmp_path, capsys):
+    """Optuna-sampled values print with 4 significant digits, more only where two would merge."""
+    for p in range(2):
+        for gamma, f1 in ((7.151893663724195, 0.5), (7.151993663724195, 0.6), (2.0, 0.4)):
+            _write(tmp_path, f"g{gamma}-{p}", _result("focal", 50, p, f1 + p / 100,
+                                                      config={"loss": {"token_loss": {"gamma": gamma}}}))
+    main([str(tmp_path), "--by", "loss.token_loss.gamma", "--metrics", "test.micro.f1", "--resamples", "50",
+          "--baseline", "loss.token_loss.gamma=2.0"])
+    out = capsys.readouterr().out
+    assert "| 7.1519 |" in out and "| 7.152 |" in out and "| 2 |" in out and "7.151893663724195" not in out
+    assert "| 7.1519 | test.micro.f1 | +0.1000" in out

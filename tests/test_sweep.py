@@ -107,11 +107,23 @@ def test_optuna_search_over_partitions_through_the_cli(toy_data_dir, tmp_path):
     trial writes tune.json with the mean dev score, the sweeper records the best λ, no test."""
     import yaml
 
-    proc = run_cli(["-m", "experiment=tune_mom_lambda", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
-                    "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1",
-                    "tune_partitions=[0,1]", "hydra.sweeper.n_trials=3"], tmp_path, toy_data_dir)
+    command = ["-m", "experiment=tune_mom_lambda", "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy",
+               "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1",
+               "tune_partitions=[0,1]", "hydra.sweeper.n_trials=3", "hydra.sweep.dir=tuning"]
+    proc = run_cli(command, tmp_path, toy_data_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    trials = sorted((tmp_path / "multirun").rglob("tune.json"))
+    # the trials are cells of a manifest: sweep status follows them, a rerun trains none again
+    manifest = json.loads((tmp_path / "tuning" / "manifest.json").read_text())
+    assert [c["cell"] for c in manifest["cells"]] == [0, 1, 2] and all(c["config_sha256"] for c in manifest["cells"])
+    status = subprocess.run([sys.executable, "-m", "ner_lightning.sweep", "status", "tuning"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert status.returncode == 0 and "3 done" in status.stdout, status.stdout + status.stderr
+    attempts = {p: json.loads(p.read_text())["attempts"] for p in (tmp_path / "tuning").glob("*/cell.json")}
+    again = run_cli(command, tmp_path, toy_data_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: json.loads(p.read_text())["attempts"] for p in attempts} == attempts  # nothing retrained
+    assert len(json.loads((tmp_path / "tuning" / "manifest.json").read_text())["cells"]) == 3
+    trials = sorted((tmp_path / "tuning").rglob("tune.json"))
     assert len(trials) == 3
     means = []
     for t in trials:
@@ -120,7 +132,7 @@ def test_optuna_search_over_partitions_through_the_cli(toy_data_dir, tmp_path):
         assert all(r["test"] is None and r["monitor"] == "val/f1_macro" for r in parts)
         assert record["mean"] == pytest.approx(sum(r["dev_monitor"] for r in parts) / 2)
         means.append(record["mean"])
-    (best,) = list((tmp_path / "multirun").rglob("optimization_results.yaml"))
+    (best,) = list((tmp_path / "tuning").rglob("optimization_results.yaml"))
     assert yaml.safe_load(best.read_text())["best_value"] == pytest.approx(max(means))
     from ner_lightning.report.__main__ import main
 

@@ -1,7 +1,7 @@
 """Hydra loads sweepers and launchers only from classes defined in the ``hydra_plugins``
 namespace: these name ours, which live in ``ner_lightning/sweep/`` (conf/hydra/sweeper/grid.yaml,
-conf/hydra/launcher/local.yaml)."""
-from ner_lightning.sweep import launchers, sweeper
+conf/hydra/launcher/local.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
+from ner_lightning.sweep import launchers, optuna, sweeper
 
 
 class GridSweeper(sweeper.GridSweeper):
@@ -10,3 +10,7 @@ class GridSweeper(sweeper.GridSweeper):
 
 class LocalLauncher(launchers.LocalLauncher):
     """See :class:`ner_lightning.sweep.launchers.LocalLauncher`."""
+
+
+class OptunaSweeper(optuna.OptunaSweeper):
+    """See :class:`ner_lightning.sweep.optuna.OptunaSweeper`."""

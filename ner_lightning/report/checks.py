@@ -2,7 +2,7 @@
 different settings, the same run counted twice."""
 from __future__ import annotations
 
-from ner_lightning.report.runs import RESULT_KEYS, RESULT_VALUES, lookup, pair_id, partition_label
+from ner_lightning.report.runs import RESULT_KEYS, RESULT_VALUES, labels, lookup, pair_id, partition_label
 from ner_lightning.results import GRID_PATHS
 from ner_lightning.sweep.identity import flat, settings
 
@@ -113,7 +113,7 @@ def unknown_baseline(runs: list[dict], baseline: str | None, by: list[str]) -> l
         return []
     _parse_baseline(baseline, by)  # KEY=VALUE with KEY one of --by, or it stops the report
     key, _, value = baseline.partition("=")
-    present = {str(lookup(r, key)) for r in runs}
+    present = set(labels(runs, key))
     if _baseline_value(value, present) not in present:
         return [f"--baseline {baseline}: no row has {key}={value}; rows have {key} = {', '.join(sorted(present))}"]
     return []

@@ -21,7 +21,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ner_lightning.report.runs import group, lookup, sort_key  # noqa: E402
+from ner_lightning.report.runs import group, labels, lookup, sort_key  # noqa: E402
 from ner_lightning.report.stats import bootstrap_mean  # noqa: E402
 from ner_lightning.report.tables import paired_values, values  # noqa: E402
 
@@ -82,7 +82,7 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
 
 
 def per_type_bars(runs, method_key, size, out) -> list[Path]:
-    rs = [r for r in runs if str(lookup(r, "size")) == size]
+    rs = [r for r, v in zip(runs, labels(runs, "size")) if v == size]
     types = sorted({t for r in rs for t in (lookup(r, "test.per_type") or {})})
     methods = list(group(rs, [method_key]))
     if not types or not methods:
@@ -90,7 +90,7 @@ def per_type_bars(runs, method_key, size, out) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(types) * max(1, len(methods)) / 3), 4))
     width = 0.8 / len(methods)
     for i, (method,) in enumerate(methods):
-        cell = [r for r in rs if str(lookup(r, method_key)) == method]
+        cell = [r for r, v in zip(rs, labels(rs, method_key)) if v == method]
         means = [statistics.fmean(v) if (v := values(cell, f"test.per_type.{t}.f1")) else float("nan") for t in types]
         ax.bar([j + i * width for j in range(len(types))], means, width, label=method)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(types))], types)
@@ -108,10 +108,10 @@ def paired_differences(runs, method_key, metric, baseline, out) -> list[Path]:
         return []
     fig, axes = plt.subplots(1, len(sizes), figsize=(3.2 * len(sizes) + 1, 3.8), squeeze=False, sharey=True)
     for ax, size in zip(axes[0], sizes):
-        at = [r for r in runs if str(lookup(r, "size")) == size]
-        base = [r for r in at if str(lookup(r, method_key)) == baseline]
+        at = [r for r, v in zip(runs, labels(runs, "size")) if v == size]
+        base = [r for r, v in zip(at, labels(at, method_key)) if v == baseline]
         for i, m in enumerate(methods):
-            x, y = paired_values([r for r in at if str(lookup(r, method_key)) == m], base, metric)
+            x, y = paired_values([r for r, v in zip(at, labels(at, method_key)) if v == m], base, metric)
             d = [a - b for a, b in zip(x, y)]
             ax.scatter([i] * len(d), d, s=18, alpha=0.7)
             if d:
@@ -152,7 +152,7 @@ def swept_keys(runs) -> list[str]:
 def render(runs, out: Path, method_key: str, metric: str, baseline: str | None, resamples: int, seed: int,
            trials: list[dict] | None = None) -> list[Path]:
     written = trials_plot(trials, out) if trials else []
-    sizes = sorted({str(lookup(r, "size")) for r in runs}, key=lambda s: sort_key((s,)))
+    sizes = sorted(set(labels(runs, "size")), key=lambda s: sort_key((s,)))
     name = metric.replace(".", "_")
     if len(sizes) > 1 and _numeric(sizes):
         written += metric_vs(runs, method_key, "size", [metric], out, f"{name}_vs_size", resamples, seed, log_x=True)

@@ -7,7 +7,7 @@ import io
 import math
 import statistics
 
-from ner_lightning.report.runs import group, lookup, pair_id, partition_label, sort_key
+from ner_lightning.report.runs import group, labels, lookup, pair_id, partition_label, shown, sort_key
 from ner_lightning.report.stats import Comparison, bootstrap_mean, holm, paired_compare
 
 
@@ -53,16 +53,19 @@ def _baseline_value(value: str, present: set[str]) -> str:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        typed = str(OverridesParser.create().parse_override(f"k={value}").value())
+        typed = OverridesParser.create().parse_override(f"k={value}").value()
     except Exception:  # noqa: BLE001 - not a Hydra value: keep the text
         return value
-    return typed if typed in present else value
+    for text in (str(typed), *shown([typed])):
+        if text in present:
+            return text
+    return value
 
 
 def baseline_row_value(runs: list[dict], baseline: str) -> str:
     """``--baseline KEY=VALUE``'s VALUE as the runs' rows write it (for tables and figures)."""
     key, _, value = baseline.partition("=")
-    return _baseline_value(value, {str(lookup(r, key)) for r in runs})
+    return _baseline_value(value, set(labels(runs, key)))
 
 
 def paired_values(method: list[dict], base: list[dict], metric: str) -> tuple[list[float], list[float]]:

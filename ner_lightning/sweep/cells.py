@@ -19,6 +19,7 @@ from ner_lightning.results import write_json_atomic
 MANIFEST = "manifest.json"
 CELL = "cell.json"
 RESULTS = "results.json"
+TUNE = "tune.json"  # a tuning trial's result (protocols.tune): the mean best-dev value over its partitions
 FAILURE = "failure.json"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
@@ -132,7 +133,7 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     previous = read_json(out_dir / CELL)
     same = previous is not None and previous.get("config_sha256") == sha
     history = _history(out_dir, previous) if same else []
-    for name in (RESULTS, FAILURE):
+    for name in (RESULTS, TUNE, FAILURE):
         (out_dir / name).unlink(missing_ok=True)
     ckpt_dir = out_dir / CHECKPOINT_DIR
     for tmp in [*out_dir.glob(".*.tmp"), *ckpt_dir.glob(".*.tmp")]:  # half-written JSON / checkpoint of a SIGKILLed attempt
@@ -196,10 +197,24 @@ def clean_checkpoints(out_dir: Path, keep: str | None) -> None:
         ckpt_dir.rmdir()
 
 
+def finished(cell_dir: Path, sha: str) -> dict | None:
+    """``{"value": ...}`` when the folder holds a finished cell of identity ``sha``: the value it
+    returned to its sweeper — its best-dev ``monitor`` (``results.json``) or a tuning trial's mean
+    over partitions (``tune.json``); else None."""
+    res = read_json(cell_dir / RESULTS)
+    if res is not None and res.get("status") == "ok" and res.get("config_sha256") == sha:
+        return {"value": res.get("dev_monitor")}
+    trial = read_json(cell_dir / TUNE)
+    if trial is not None and trial.get("config_sha256") == sha:
+        return {"value": trial["mean"]}
+    return None
+
+
 def status_of(cell_dir: Path) -> dict:
     """done / failed / interrupted / running / missing, from the files a cell writes
     (``record`` = its ``cell.json``)."""
     res, fail, record = (read_json(cell_dir / n) for n in (RESULTS, FAILURE, CELL))
+    res = res if res is not None else read_json(cell_dir / TUNE)
     if res is not None:
         return {"state": "done", "results": res, "record": record}
     if unreadable(cell_dir / RESULTS):

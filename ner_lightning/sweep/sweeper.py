@@ -17,7 +17,7 @@ import logging
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -53,6 +53,49 @@ def expand_grid(overrides: list[Override]) -> list[list[str]]:
             raise HydraException(f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type.name} "
                                  f"({key}): use hydra/sweeper=optuna for intervals")
     return [list(job) for job in itertools.product(*axes.values())]
+
+
+def describe_cell(hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str],
+                  sweep_dir: Path) -> dict:
+    """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
+    input files, ``sweep.identity``), which also validates it — and, when its folder holds the
+    result of another cell, why it will rerun."""
+    loader = hydra_context.config_loader
+    sweep_config = loader.load_sweep_config(master_config=master_config, sweep_overrides=list(overrides))
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.num = k
+        sweep_config.hydra.job.id = k
+    saved = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(sweep_config)
+    try:
+        subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
+        job = OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
+        resolved = OmegaConf.to_container(complete_config(job), resolve=True, throw_on_missing=False)
+        ident = identity_of(resolved)
+    finally:
+        HydraConfig.instance().cfg = saved
+    cell = {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": ident["sha256"],
+            "precision": {"train": (resolved.get("trainer") or {}).get("precision"),
+                          "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision")}}
+    old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
+    if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
+        cell["rerun_because"] = why_different(old, ident, resolved)
+    elif cells.unreadable(sweep_dir / subdir / cells.RESULTS):
+        cell["rerun_because"] = "its results.json is corrupt"
+    return cell
+
+
+def run_exclusively(sweep_dir: Path, sweep: Callable[[], Any]) -> Any:
+    """One launch per sweep folder (a second is refused while the first runs); Ctrl-C / SIGTERM
+    stop the sweep with exit code 130 / 143."""
+    try:
+        with interrupts_raised(), cells.exclusive(sweep_dir, "sweep"):
+            return sweep()
+    except BaseException as err:
+        code = exit_code(err)
+        if code is None or isinstance(err, SystemExit) and err.code == code:
+            raise
+        raise SystemExit(code) from None
 
 
 class GridSweeper(Sweeper):
@@ -105,44 +148,9 @@ class GridSweeper(Sweeper):
                     ", ".join(f"{o}: {n}" for o, n in sorted(losses.items())) or "typed and untyped")
         return [job + ["data.label_scheme=untyped"] if n is not None else job for job, n in zip(jobs, needs)]
 
-    def _describe(self, k: int, overrides: list[str], sweep_dir: Path) -> dict:
-        """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
-        input files, ``sweep.identity``), which also validates it — and, when its folder holds the
-        result of another cell, why it will rerun."""
-        loader = self.hydra_context.config_loader
-        sweep_config = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
-        with open_dict(sweep_config):
-            sweep_config.hydra.job.num = k
-            sweep_config.hydra.job.id = k
-        saved = HydraConfig.instance().cfg
-        HydraConfig.instance().set_config(sweep_config)
-        try:
-            subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
-            job = OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
-            resolved = OmegaConf.to_container(complete_config(job), resolve=True, throw_on_missing=False)
-            ident = identity_of(resolved)
-        finally:
-            HydraConfig.instance().cfg = saved
-        cell = {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": ident["sha256"],
-                "precision": {"train": (resolved.get("trainer") or {}).get("precision"),
-                              "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision")}}
-        old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
-        if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
-            cell["rerun_because"] = why_different(old, ident, resolved)
-        elif cells.unreadable(sweep_dir / subdir / cells.RESULTS):
-            cell["rerun_because"] = "its results.json is corrupt"
-        return cell
-
     def sweep(self, arguments: list[str]) -> Any:
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        try:
-            with interrupts_raised(), cells.exclusive(sweep_dir, "sweep"):  # one launch per sweep folder
-                return self._sweep(sweep_dir, arguments)
-        except BaseException as err:
-            code = exit_code(err)
-            if code is None or isinstance(err, SystemExit) and err.code == code:
-                raise
-            raise SystemExit(code) from None  # Ctrl-C / SIGTERM: the sweep stops, 130 / 143
+        return run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
 
     def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -161,7 +169,7 @@ class GridSweeper(Sweeper):
                     "cells": cells.numbered(jobs, old),
                     "invocations": (old or {}).get("invocations", [])}
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
-        manifest["cells"] = [self._describe(k, o, sweep_dir) for k, o in enumerate(jobs)]
+        manifest["cells"] = [describe_cell(self.hydra_context, self.config, k, o, sweep_dir) for k, o in enumerate(jobs)]
         dirs = [c["dir"] for c in manifest["cells"]]
         if len(set(dirs)) != len(dirs):
             dup = next(d for d in dirs if dirs.count(d) > 1)
@@ -171,7 +179,8 @@ class GridSweeper(Sweeper):
                                  for stage in ("train", "eval")}
         log.info("sweep %s: precision %s", sweep_dir, ", ".join(f"{stage} {'/'.join(v)}" for stage, v in
                                                               manifest["precision"].items()))
-        done = [c for c in manifest["cells"] if self.resume and self._done(sweep_dir / c["dir"], c["config_sha256"])]
+        done = [c for c in manifest["cells"]
+                if self.resume and cells.finished(sweep_dir / c["dir"], c["config_sha256"]) is not None]
         todo = [c for c in manifest["cells"] if c not in done]
         reruns = [c for c in todo if "rerun_because" in c]
         if reruns:
@@ -192,7 +201,7 @@ class GridSweeper(Sweeper):
             for c, r in zip(todo[i : i + size], results):
                 if r.status != JobStatus.COMPLETED:
                     failed.append(c)
-                    c["last_error"] = _error_of(r)
+                    c["last_error"] = error_of(r)
         manifest["invocations"][-1].update({"finished": cells.now(), "failed": len(failed)})
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
         log.info("sweep %s: %d cells — %d ran, %d failed, %d done before | status: python -m ner_lightning.sweep "
@@ -202,13 +211,8 @@ class GridSweeper(Sweeper):
             _ = first.return_value  # re-raises the first failure, as Hydra's basic sweeper does
         return returns
 
-    @staticmethod
-    def _done(cell_dir: Path, sha: str) -> bool:
-        res = cells.read_json(cell_dir / cells.RESULTS)
-        return res is not None and res.get("status") == "ok" and res.get("config_sha256") == sha
 
-
-def _error_of(job: JobReturn) -> str:
+def error_of(job: JobReturn) -> str:
     try:
         _ = job.return_value  # re-raises the job's exception
     except Exception as err:  # noqa: BLE001
