@@ -28,7 +28,7 @@ from ner_lightning.data.alignment import QueryAligner, SubwordAligner, collate_f
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
 from ner_lightning.data.datamodule import MAIN, sorted_batches
 from ner_lightning.models.base import NERModule
-from ner_lightning.models.heads import HeadModule
+from ner_lightning.models.heads import HeadModule, build_family
 
 FORMAT = 1  # model.json's layout version
 
@@ -66,13 +66,6 @@ def load_weights(module: NERModule, checkpoint: str | Path) -> None:
     module.load_state_dict(state)
 
 
-def build_module(config: dict, encoder, heads: dict[str, LabelSet]) -> NERModule:
-    """The objective family of a resolved ``config`` around ``encoder``, with one head per label set."""
-    aux = {name: ls for name, ls in heads.items() if name != MAIN}
-    extra = {"aux_label_sets": aux} if aux else {}
-    return instantiate(OmegaConf.create(config["loss"]), encoder=encoder, label_set=heads[MAIN], **extra)
-
-
 @dataclass
 class ExportedModel:
     """An exported folder, loaded: tags whole sentences (lists of words) with the main corpus's labels."""
@@ -108,7 +101,7 @@ def load(folder: str | Path, device: str = "cpu", precision: str | None = None) 
     model = {**config["model"], "name_or_path": str(folder / "encoder"), "tokenizer": None, "random_init": None}
     encoder = instantiate(OmegaConf.create(model))
     heads = {name: LabelSet(types) for name, types in meta["entity_types"].items()}
-    module = build_module(config, encoder, heads)
+    module = build_family(OmegaConf.create(config["loss"]), encoder, heads)
     missing, unexpected = module.load_state_dict(torch.load(folder / "heads.pt", map_location="cpu"), strict=False)
     wrong = [k for k in missing if not k.startswith("encoder.")] + list(unexpected)
     if wrong:
@@ -134,7 +127,8 @@ def export_cell(cell_dir: str | Path, out: str | Path | None = None) -> Path:
                                 "rerun the cell with keep_checkpoint=true, or with export=true to export it as it ends")
     config = result["config"]
     encoder = instantiate(OmegaConf.create(config["model"]))
-    module = build_module(config, encoder, {name: LabelSet(types) for name, types in result["labels"].items()})
+    heads = {name: LabelSet(types) for name, types in result["labels"].items()}
+    module = build_family(OmegaConf.create(config["loss"]), encoder, heads)
     load_weights(module, checkpoint)
     return export_model(module, config, out or cell_dir / "export", result["precision"]["eval"])
 

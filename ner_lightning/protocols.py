@@ -23,14 +23,15 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping
 
 from ner_lightning.callbacks import AuxiliaryPhases, PredictionWriter, ScheduleHorizon, TokenThroughput
 from ner_lightning.export import export_model, label_sets, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
-from ner_lightning.models.heads import HeadModule
+from ner_lightning.data.datamodule import MAIN
+from ner_lightning.models.heads import build_family
 from ner_lightning.precision import recorded
 from ner_lightning.results import CellResult, best_epoch, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells
@@ -96,17 +97,8 @@ def check_protocol(cfg: DictConfig) -> None:
 
 
 def build_module(cfg: DictConfig, encoder, datamodule) -> pl.LightningModule:
-    """The objective family of ``cfg.loss``; in a multi-corpus scheme, a ``HeadModule`` family
-    with one head per auxiliary corpus of the data module."""
-    aux = datamodule.aux_label_sets
-    if not aux:
-        return instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set)
-    family = get_class(cfg.loss._target_)
-    if not issubclass(family, HeadModule):
-        raise ValueError(f"{family.__name__} ({cfg.loss._target_}) has no per-corpus head: multi-corpus schemes "
-                         "(multitask=...) need a family with one head per corpus (ner_lightning.models.heads.HeadModule: "
-                         "the token classification and CRF families)")
-    return instantiate(cfg.loss, encoder=encoder, label_set=datamodule.label_set, aux_label_sets=aux)
+    """The objective family of ``cfg.loss`` with a head for each corpus of the data module."""
+    return build_family(cfg.loss, encoder, {MAIN: datamodule.label_set, **datamodule.aux_label_sets})
 
 
 def build_datamodule(cfg: DictConfig, tokenizer) -> pl.LightningDataModule:

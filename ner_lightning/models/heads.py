@@ -182,3 +182,20 @@ class HeadModule(NERModule):
 
     def id2label_of(self, corpus: str) -> dict[int, str]:
         return self.label_sets[corpus].id2label
+
+
+def build_family(loss, encoder: TransformerEncoder, label_sets: dict[str, LabelSet]) -> NERModule:
+    """The objective family of a ``loss`` config around ``encoder``: the main corpus's labels
+    (``label_sets["main"]``) and, in a multi-corpus scheme, one head per auxiliary corpus — which
+    only :class:`HeadModule` families have."""
+    from hydra.utils import get_class, instantiate
+
+    aux = {name: ls for name, ls in label_sets.items() if name != MAIN}
+    if not aux:
+        return instantiate(loss, encoder=encoder, label_set=label_sets[MAIN])
+    family = get_class(loss["_target_"])
+    if not issubclass(family, HeadModule):
+        raise ValueError(f"{family.__name__} ({loss['_target_']}) has no per-corpus head: multi-corpus schemes "
+                         "(multitask=...) need a family with one head per corpus (ner_lightning.models.heads.HeadModule: "
+                         "the token classification and CRF families)")
+    return instantiate(loss, encoder=encoder, label_set=label_sets[MAIN], aux_label_sets=aux)
