@@ -43,7 +43,9 @@ from ner_lightning.report.tables import (
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ner_lightning.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("dirs", nargs="*", type=Path, help="sweep folders or their exports (not with --claims)")
+    ap.add_argument("--claims", type=Path, metavar="FILE", help="judge the claims of a YAML file by the rule of "
+                    "ner_lightning/report/claims.py and print the claims table (--format md or latex)")
     ap.add_argument("--by", default="loss,size", help="comma-separated config keys that define a row")
     ap.add_argument("--metrics", default="test.micro.f1,test.macro.f1")
     ap.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparisons against this row, e.g. loss=ce")
@@ -86,6 +88,13 @@ def _refuse_guesses(runs: list[dict], by: list[str], metrics: list[str], pool: l
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.claims:
+        from ner_lightning.report.claims import claims_table
+
+        print(claims_table(args.claims, "latex" if args.format == "latex" else "md"))
+        return
+    if not args.dirs:
+        raise SystemExit("give the sweep folders to report on (or --claims FILE)")
     runs, failed = load_runs(args.dirs, args.strict)
     if not runs and not failed:
         raise SystemExit(f"no results.json under {', '.join(map(str, args.dirs))}")

@@ -1,0 +1,171 @@
+"""Claims as data: a YAML file of claims, each judged by one written rule
+(``python -m ner_lightning.report --claims FILE``).
+
+A claim names the runs it reads (sweep folders or their exports), a filter (``where``), the key
+whose two values it compares (``key``: ``method`` against ``baseline``), a metric and a relation:
+
+* ``>``  — method better than baseline: H0 Δ ≤ 0, one-sided paired t-test;
+* ``>>`` — better by more than ``margin``: H0 Δ ≤ margin;
+* ``≈``  — equivalent within ±``margin``: TOST, H0 |Δ| ≥ margin (p = the larger one-sided p).
+
+Δ is method − baseline per partition, paired on the same training sentences and initialisation.
+The p-values of every claim in the file are Holm-adjusted together (one claim family). Verdict:
+
+* **replicated** — adjusted p < α;
+* **not replicated** — the two-sided (1 − α) paired t-interval of Δ lies wholly on the other side:
+  at or below 0 (``>``), at or below the margin (``>>``: the difference, if any, is smaller than
+  claimed), wholly outside ±margin (``≈``);
+* **inconclusive** — otherwise: the interval crosses 0 or the margin.
+
+The percentile bootstrap interval is printed as a second column; cells that resumed from a
+checkpoint are counted and listed (they end as uninterrupted ones would; the list lets a reader
+check). Rows whose runs differ in a setting other than ``key``, the replicates and the claim's
+``pool`` keys (e.g. ``head_lr`` when each method was tuned on its own) are refused.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy import stats
+
+from ner_lightning.report.checks import unpaired_rows
+from ner_lightning.report.runs import group, labels, load_runs
+from ner_lightning.report.stats import bootstrap_mean, holm
+from ner_lightning.report.tables import paired_values
+
+RELATIONS = (">", ">>", "≈")
+FIELDS = ("id", "paper", "source", "statement", "relation", "runs", "key", "method", "baseline", "metric")
+
+
+@dataclass
+class Judged:
+    claim: dict
+    n: int
+    mean: float
+    t_low: float
+    t_high: float
+    boot_low: float
+    boot_high: float
+    p: float  # one-sided (or TOST) p of the claim's hypothesis
+    resumed: list[str] = field(default_factory=list)
+    p_holm: float = math.nan
+    verdict: str = ""
+
+
+def load_claims(path: Path) -> tuple[dict, list[dict]]:
+    """The file's settings (``alpha``, ``resamples``, ``seed``) and its claims, checked."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    claims = data.get("claims") or []
+    if not claims:
+        raise SystemExit(f"{path}: no claims (a top-level `claims:` list)")
+    for i, c in enumerate(claims):
+        missing = [f for f in FIELDS if f not in c]
+        if missing:
+            raise SystemExit(f"{path}: claim {c.get('id', i + 1)} lacks {', '.join(missing)}")
+        if c["relation"] not in RELATIONS:
+            raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']!r} is not one of {RELATIONS}")
+        if c["relation"] != ">" and not c.get("margin"):
+            raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']} needs a positive margin")
+    settings = {"alpha": float(data.get("alpha", 0.05)), "resamples": int(data.get("resamples", 10_000)),
+                "seed": int(data.get("seed", 0))}
+    return settings, claims
+
+
+def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[float, float, float]:
+    """The claim's p-value and the two-sided (1 − α) paired t-interval of mean Δ."""
+    n, mean = len(d), float(np.mean(d))
+    se = float(np.std(d, ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(1 - alpha / 2, n - 1)) * se
+
+    def above(bound: float) -> float:  # p of H0 "mean Δ ≤ bound"
+        if se == 0:
+            return 0.0 if mean > bound else 1.0
+        return float(stats.t.sf((mean - bound) / se, n - 1))
+
+    def below(bound: float) -> float:  # p of H0 "mean Δ ≥ bound"
+        if se == 0:
+            return 0.0 if mean < bound else 1.0
+        return float(stats.t.cdf((mean - bound) / se, n - 1))
+
+    p = {">": lambda: above(0.0), ">>": lambda: above(margin),
+         "≈": lambda: max(above(-margin), below(margin))}[relation]()
+    return p, mean - half, mean + half
+
+
+def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> Judged:
+    """Δ of one claim from its runs (paths relative to the claims file's folder)."""
+    runs, _ = load_runs([root / p for p in claim["runs"]])
+    for key, value in (claim.get("where") or {}).items():
+        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
+    key = claim["key"]
+    rows = group(runs, [key])
+    missing = [v for v in (claim["method"], claim["baseline"]) if (str(v),) not in rows]
+    if missing:
+        raise SystemExit(f"claim {claim['id']}: no runs with {key}={', '.join(map(str, missing))} after "
+                         f"{claim.get('where') or 'no filter'}; rows: {', '.join(k[0] for k in rows)}")
+    method, base = (str(claim["method"]),), (str(claim["baseline"]),)
+    problems = unpaired_rows(rows, [(method, base)], [key], claim.get("pool") or [])
+    if problems:
+        raise SystemExit(f"claim {claim['id']}: " + "; ".join(problems))
+    x, y = paired_values(rows[method], rows[base], claim["metric"])
+    if len(x) < 2:
+        raise SystemExit(f"claim {claim['id']}: {len(x)} paired partitions; a verdict needs at least 2")
+    d = np.asarray(x) - np.asarray(y)
+    p, low, high = t_test(d, claim["relation"], float(claim.get("margin") or 0.0), alpha)
+    boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
+    resumed = sorted(r["_dir"] for r in rows[method] + rows[base] if r.get("resumed_from"))
+    return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p, resumed)
+
+
+def verdict(j: Judged, alpha: float) -> str:
+    relation, margin = j.claim["relation"], float(j.claim.get("margin") or 0.0)
+    if j.p_holm < alpha:
+        return "replicated"
+    if relation == ">" and j.t_high <= 0 or relation == ">>" and j.t_high <= margin:
+        return "not replicated"
+    if relation == "≈" and (j.t_low >= margin or j.t_high <= -margin):
+        return "not replicated"
+    return "inconclusive"
+
+
+def judge_all(path: Path) -> tuple[dict, list[Judged]]:
+    settings, claims = load_claims(path)
+    judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent) for c in claims]
+    for j, p in zip(judged, holm([j.p for j in judged])):
+        j.p_holm = p
+        j.verdict = verdict(j, settings["alpha"])
+    return settings, judged
+
+
+def _relation(claim: dict) -> str:
+    margin = claim.get("margin")
+    return {">": ">", ">>": f"> by {margin}", "≈": f"≈ ±{margin}"}[claim["relation"]]
+
+
+def claims_table(path: Path, fmt: str = "md") -> str:
+    """The claims table, every verdict computed by the rule in this module's docstring."""
+    settings, judged = judge_all(path)
+    level = round(100 * (1 - settings["alpha"]))
+    head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n", f"mean Δ [t {level}% CI]",
+            f"bootstrap {level}% CI", "p (Holm)", "verdict"]
+    rows = []
+    for j in judged:
+        c = j.claim
+        rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
+                     f"{c['method']} − {c['baseline']} ({c['metric']}, {_relation(c)})", str(j.n),
+                     f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
+                     f"{j.p_holm:.4f}", j.verdict])
+    resumed = sorted({d for j in judged for d in j.resumed})
+    note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)) if resumed else \
+        "No run read resumed from a checkpoint."
+    if fmt == "latex":
+        esc = lambda s: s.replace("_", "\\_").replace("%", "\\%").replace("≈", "$\\approx$").replace("−", "$-$")  # noqa: E731
+        lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
+                 "\\midrule"] + [" & ".join(map(esc, r)) + " \\\\" for r in rows] + ["\\bottomrule", "\\end{tabular}"]
+        return "\n".join(lines) + f"\n% {note}"
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + f"\n\n{note}"

@@ -1,0 +1,85 @@
+"""Claims as data: the verdict rule against scipy and by hand, on hand-made results."""
+import json
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from ner_lightning.report.__main__ import main
+from ner_lightning.report.claims import judge_all, t_test
+from ner_lightning.report.stats import holm
+
+D = np.array([0.031, 0.012, 0.048, -0.004, 0.027, 0.019])
+
+
+def test_p_values_and_interval_are_scipys_paired_t_and_tost():
+    p, low, high = t_test(D, ">", 0.0, 0.05)
+    assert p == pytest.approx(stats.ttest_1samp(D, 0.0, alternative="greater").pvalue)
+    ci = stats.ttest_1samp(D, 0.0).confidence_interval(0.95)
+    assert (low, high) == pytest.approx((ci.low, ci.high))
+    p, _, _ = t_test(D, ">>", 0.01, 0.05)
+    assert p == pytest.approx(stats.ttest_1samp(D, 0.01, alternative="greater").pvalue)
+    p, _, _ = t_test(D, "≈", 0.05, 0.05)
+    tost = max(stats.ttest_1samp(D, -0.05, alternative="greater").pvalue,
+               stats.ttest_1samp(D, 0.05, alternative="less").pvalue)
+    assert p == pytest.approx(tost)
+
+
+def _write(root, name, loss, partition, f1, resumed=False, scheme="untyped"):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps({
+        "overrides": [f"loss={loss}", "size=20", f"partition={partition}"],
+        "config": {"size": 20, "partition": partition, "seed": 42, "dataset": {"name": "toy"},
+                   "data": {"label_scheme": scheme}},
+        "partition": {"sha256": f"p{partition}", "partition": partition}, "compute": {"init_seed": 42},
+        "test": {"micro": {"f1": f1}}, "wall_time_s": 1.0, "resumed_from": "last.ckpt" if resumed else None}))
+
+
+def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    gains = {"better": D + 0.02, "worse": -D - 0.02, "same": D / 10}
+    for p in range(len(D)):
+        _write(runs, f"ce{p}", "ce", p, 0.5, resumed=p == 0)
+        for loss, gain in gains.items():
+            _write(runs, f"{loss}{p}", loss, p, 0.5 + gain[p])
+    claim = {"paper": "P", "source": "Table 1", "runs": ["runs"], "key": "loss", "baseline": "ce",
+             "metric": "test.micro.f1", "where": {"size": 20}}
+    claims = [{**claim, "id": 1, "statement": "better > CE", "method": "better", "relation": ">"},
+              {**claim, "id": 2, "statement": "worse > CE", "method": "worse", "relation": ">"},
+              {**claim, "id": 3, "statement": "same ≈ CE", "method": "same", "relation": "≈", "margin": 0.01},
+              {**claim, "id": 4, "statement": "better ≫ CE", "method": "better", "relation": ">>", "margin": 0.1}]
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"alpha": 0.05, "resamples": 200, "claims": claims}, allow_unicode=True))
+    _, judged = judge_all(path)
+    assert [j.p_holm for j in judged] == pytest.approx(holm([j.p for j in judged]))
+    assert [j.verdict for j in judged] == ["replicated", "not replicated", "replicated", "not replicated"]
+    assert judged[0].mean == pytest.approx(float(np.mean(D + 0.02))) and judged[0].n == len(D)
+    assert judged[0].resumed == [str(runs / "ce0")]
+    main(["--claims", str(path)])
+    out = capsys.readouterr().out
+    assert "| 1 | P | Table 1 | better > CE | better − ce (test.micro.f1, >) | 6 |" in out
+    assert "| replicated |" in out and "1 of the runs read resumed from a checkpoint" in out
+    main(["--claims", str(path), "--format", "latex"])
+    assert "\\toprule" in capsys.readouterr().out
+
+
+def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refused(tmp_path):
+    runs = tmp_path / "runs"
+    noisy = np.array([0.05, -0.04, 0.03, -0.02])
+    for p, d in enumerate(noisy):
+        _write(runs, f"ce{p}", "ce", p, 0.5)
+        _write(runs, f"m{p}", "m", p, 0.5 + d)
+        _write(runs, f"typed{p}", "typed", p, 0.5 + d, scheme="typed")
+    base = {"id": 1, "paper": "P", "source": "S", "statement": "m > CE", "runs": ["runs"], "key": "loss",
+            "baseline": "ce", "metric": "test.micro.f1", "relation": ">"}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [{**base, "method": "m"}]}, allow_unicode=True))
+    assert judge_all(path)[1][0].verdict == "inconclusive"
+    path.write_text(yaml.safe_dump({"claims": [{**base, "method": "typed"}]}, allow_unicode=True))
+    with pytest.raises(SystemExit, match="data.label_scheme is typed vs untyped"):
+        judge_all(path)
+    path.write_text(yaml.safe_dump({"claims": [{**base, "method": "m", "relation": "≈"}]}, allow_unicode=True))
+    with pytest.raises(SystemExit, match="needs a positive margin"):
+        judge_all(path)
