@@ -56,7 +56,7 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     assert [j.p_holm for j in judged] == pytest.approx(holm([j.p for j in judged]))
     assert [j.verdict for j in judged] == ["replicated", "not replicated", "replicated", "not replicated"]
     assert judged[0].mean == pytest.approx(float(np.mean(D + 0.02))) and judged[0].n == len(D)
-    assert judged[0].resumed == [str(runs / "ce0")]
+    assert judged[0].resumed == ["runs/ce0"]
     main(["--claims", str(path)])
     out = capsys.readouterr().out
     assert "| 1 | P | Table 1 | better > CE | better − ce (test.micro.f1, >) | 6 |" in out
@@ -83,3 +83,13 @@ def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refus
     path.write_text(yaml.safe_dump({"claims": [{**base, "method": "m", "relation": "≈"}]}, allow_unicode=True))
     with pytest.raises(SystemExit, match="needs a positive margin"):
         judge_all(path)
+
+
+def test_the_committed_claims_table_is_the_commands_output():
+    """docs/results/claims.md holds exactly what --claims prints for the committed runs."""
+    from ner_lightning.config import REPO_ROOT
+    from ner_lightning.report.claims import claims_table
+
+    doc = (REPO_ROOT / "docs" / "results" / "claims.md").read_text()
+    committed = doc.split("<!-- claims table -->\n", 1)[1].split("\n<!-- end claims table -->", 1)[0]
+    assert committed == claims_table(REPO_ROOT / "docs" / "results" / "claims.yaml")

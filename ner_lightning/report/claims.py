@@ -25,6 +25,7 @@ check). Rows whose runs differ in a setting other than ``key``, the replicates a
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +52,7 @@ class Judged:
     boot_low: float
     boot_high: float
     p: float  # one-sided (or TOST) p of the claim's hypothesis
-    resumed: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)  # folders of resumed runs, relative to the claims file
     p_holm: float = math.nan
     verdict: str = ""
 
@@ -117,7 +118,7 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> J
     d = np.asarray(x) - np.asarray(y)
     p, low, high = t_test(d, claim["relation"], float(claim.get("margin") or 0.0), alpha)
     boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
-    resumed = sorted(r["_dir"] for r in rows[method] + rows[base] if r.get("resumed_from"))
+    resumed = sorted(os.path.relpath(r["_dir"], root) for r in rows[method] + rows[base] if r.get("resumed_from"))
     return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p, resumed)
 
 
