@@ -23,7 +23,8 @@ def job_dirs(cwd: Path):
 
 
 def test_issue_grid_runs_as_written_on_real_conll(requires_real_data, tmp_path):
-    """`-m loss=auc2t,ce size=20,50` (tiny encoder, 2 epochs): four cells, no failure."""
+    """`-m loss=auc2t,ce size=20,50` (tiny encoder, 2 epochs): four cells, no failure, every cell on the
+    untyped labels both objectives can use."""
     proc = run_cli(["-m", "loss=auc2t,ce", "size=20,50", "model=tiny", "trainer=cpu", "trainer.max_epochs=2",
                     "trainer.min_epochs=1", "data.dev_size=300"], tmp_path, requires_real_data)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -33,14 +34,15 @@ def test_issue_grid_runs_as_written_on_real_conll(requires_real_data, tmp_path):
     results = [json.loads((d / "results.json").read_text()) for d in dirs]
     cells = [(r["overrides"][0], r["partition"]["size"], r["config"]["data"]["label_scheme"]) for r in results]
     assert cells == [("loss=auc2t", 20, "untyped"), ("loss=auc2t", 50, "untyped"),
-                     ("loss=ce", 20, "typed"), ("loss=ce", 50, "typed")]
+                     ("loss=ce", 20, "untyped"), ("loss=ce", 50, "untyped")]
+    assert all(r["overrides"][-1] == "data.label_scheme=untyped" for r in results)
     assert results[0]["partition"]["sha256"] == results[2]["partition"]["sha256"]  # paired across losses
     assert results[1]["partition"]["sha256"] == results[3]["partition"]["sha256"]
     for r in results:
         assert r["status"] == "ok" and r["config"]["dataset"]["name"] == "conll2003"
         assert r["test"]["micro"]["support"] == 5648  # every gold mention of CoNLL-2003 test
         assert r["dev"]["micro"]["support"] > 0 and r["epochs"] == 2
-    assert set(results[0]["test"]["per_type"]) == {"ENT"} and "PER" in results[2]["test"]["per_type"]
+    assert all(set(r["test"]["per_type"]) == {"ENT"} for r in results)
     # one W&B group for the sweep, one offline run per cell, each finished
     groups = {r["config"]["group"] for r in results}
     assert len(groups) == 1
@@ -214,9 +216,12 @@ def test_exported_sweep_holds_results_only_and_resumes(toy_data_dir, tmp_path):
     assert files[-2:] == ["manifest.json", "multirun.yaml"] and len(files) == 4
     assert all(f.endswith("results.json") for f in files[:2]) and not any("unfinished" in f for f in files)
     shutil.copytree(tmp_path / "exported", tmp_path / "restored")
-    proc = run_cli(["-m", "loss=ce,crf,ce2t", f"hydra.sweep.dir={tmp_path / 'restored'}", *TOY], tmp_path, toy_data_dir)
+    proc = run_cli(["-m", "loss=ce,crf,focal", f"hydra.sweep.dir={tmp_path / 'restored'}", *TOY], tmp_path, toy_data_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "3 cells — 2 done, 1 to run" in proc.stdout + proc.stderr
+    # an objective that needs other labels would put every cell on untyped labels: another grid, said so
+    proc = run_cli(["-m", "loss=ce,crf,ce2t", f"hydra.sweep.dir={tmp_path / 'restored'}", *TOY], tmp_path, toy_data_dir)
+    assert proc.returncode != 0 and "another grid" in proc.stderr and "common_labels=false" in proc.stderr
 
 
 def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):

@@ -154,10 +154,17 @@ class GridSweeper(Sweeper):
 
     def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        jobs = self._on_common_labels(self._expand(arguments))
+        expanded = self._expand(arguments)
+        jobs = self._on_common_labels(expanded)
         old = cells.read_manifest(sweep_dir)
         if old is not None:  # resume, or a grown grid: earlier cells keep their numbers, new ones follow
             before = [c["overrides"] for c in old["cells"]]
+            if jobs != expanded and not all(o in jobs for o in before) and any(o in expanded for o in before):
+                raise ValueError(
+                    f"{sweep_dir} holds {len(before)} cells on each objective's own labels; this command adds "
+                    "an objective that needs other labels, so every cell would now run on "
+                    "data.label_scheme=untyped — another grid. Choose a new hydra.sweep.dir, or keep each "
+                    "objective's labels with hydra.sweeper.common_labels=false")
             if not all(o in jobs for o in before):
                 raise ValueError(
                     f"{sweep_dir / cells.MANIFEST} holds a grid of {len(before)} cells that this command does not "
