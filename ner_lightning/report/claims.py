@@ -1,7 +1,8 @@
 """Claims as data: a YAML file of claims, each judged by one written rule
 (``python -m ner_lightning.report --claims FILE``).
 
-A claim names the runs it reads (sweep folders or their exports), a filter (``where``), the key
+A claim names the runs it reads (sweep folders, their exports or cell folders: glob patterns
+relative to the claims file), a filter (``where``), the key
 whose two values it compares (``key``: ``method`` against ``baseline``), a metric and a relation:
 
 * ``>``  — method better than baseline: H0 Δ ≤ 0, one-sided paired t-test;
@@ -15,7 +16,8 @@ The p-values of every claim in the file are Holm-adjusted together (one claim fa
 * **not replicated** — the two-sided (1 − α) paired t-interval of Δ lies wholly on the other side:
   at or below 0 (``>``), at or below the margin (``>>``: the difference, if any, is smaller than
   claimed), wholly outside ±margin (``≈``);
-* **inconclusive** — otherwise: the interval crosses 0 or the margin.
+* **inconclusive** — otherwise: the interval crosses 0 or the margin, or it does not but the
+  claim's p, adjusted for every claim of the file, stays above α.
 
 The percentile bootstrap interval is printed as a second column; cells that resumed from a
 checkpoint are counted and listed (they end as uninterrupted ones would; the list lets a reader
@@ -33,7 +35,7 @@ import numpy as np
 import yaml
 from scipy import stats
 
-from ner_lightning.report.checks import unpaired_rows
+from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
 from ner_lightning.report.runs import group, labels, load_runs
 from ner_lightning.report.stats import bootstrap_mean, holm
 from ner_lightning.report.tables import paired_values
@@ -99,7 +101,10 @@ def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[f
 
 def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> Judged:
     """Δ of one claim from its runs (paths relative to the claims file's folder)."""
-    runs, _ = load_runs([root / p for p in claim["runs"]])
+    folders = [match for pattern in claim["runs"] for match in sorted(root.glob(pattern))]
+    if not folders:
+        raise SystemExit(f"claim {claim['id']}: no folder matches {claim['runs']} under {root}")
+    runs, _ = load_runs(folders)
     for key, value in (claim.get("where") or {}).items():
         runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
     key = claim["key"]
@@ -109,7 +114,10 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> J
         raise SystemExit(f"claim {claim['id']}: no runs with {key}={', '.join(map(str, missing))} after "
                          f"{claim.get('where') or 'no filter'}; rows: {', '.join(k[0] for k in rows)}")
     method, base = (str(claim["method"]),), (str(claim["baseline"]),)
-    problems = unpaired_rows(rows, [(method, base)], [key], claim.get("pool") or [])
+    pool = claim.get("pool") or []
+    pair = rows[method] + rows[base]
+    problems = (duplicates(pair, [key]) + pooled_differences(pair, [key], pool)
+                + unpaired_rows(rows, [(method, base)], [key], pool))
     if problems:
         raise SystemExit(f"claim {claim['id']}: " + "; ".join(problems))
     x, y = paired_values(rows[method], rows[base], claim["metric"])
