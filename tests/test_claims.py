@@ -61,8 +61,9 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     out = capsys.readouterr().out
     assert "| 1 | P | Table 1 | better > CE | better − ce (test.micro.f1, >) | 6 |" in out
     assert "| replicated |" in out and "1 of the runs read resumed from a checkpoint" in out
-    main(["--claims", str(path), "--format", "latex"])
+    main(["--claims", str(path), "--format", "latex", "--plots", str(tmp_path / "figs")])
     assert "\\toprule" in capsys.readouterr().out
+    assert (tmp_path / "figs" / "claims_forest.png").is_file() and (tmp_path / "figs" / "claims_forest.svg").is_file()
 
 
 def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refused(tmp_path):

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.claims:
         from ner_lightning.report.claims import claims_table
 
-        print(claims_table(args.claims, "latex" if args.format == "latex" else "md"))
+        print(claims_table(args.claims, "latex" if args.format == "latex" else "md", args.plots))
         return
     if not args.dirs:
         raise SystemExit("give the sweep folders to report on (or --claims FILE)")

@@ -74,7 +74,7 @@ def load_claims(path: Path) -> tuple[dict, list[dict]]:
         if c["relation"] != ">" and not c.get("margin"):
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']} needs a positive margin")
     settings = {"alpha": float(data.get("alpha", 0.05)), "resamples": int(data.get("resamples", 10_000)),
-                "seed": int(data.get("seed", 0))}
+                "seed": int(data.get("seed", 0)), "names": {str(k): str(v) for k, v in (data.get("names") or {}).items()}}
     return settings, claims
 
 
@@ -155,9 +155,13 @@ def _relation(claim: dict) -> str:
     return {">": ">", ">>": f"> by {margin}", "≈": f"≈ ±{margin}"}[claim["relation"]]
 
 
-def claims_table(path: Path, fmt: str = "md") -> str:
-    """The claims table, every verdict computed by the rule in this module's docstring."""
+def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
+    """The claims table, every verdict computed by the rule in this module's docstring (and with
+    ``plots``, the forest plot of every claim's Δ there)."""
     settings, judged = judge_all(path)
+    if plots is not None:
+        forest_plot(judged, settings, plots)
+    name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
     level = round(100 * (1 - settings["alpha"]))
     head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n", f"mean Δ [t {level}% CI]",
             f"bootstrap {level}% CI", "p (Holm)", "verdict"]
@@ -165,7 +169,7 @@ def claims_table(path: Path, fmt: str = "md") -> str:
     for j in judged:
         c = j.claim
         rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
-                     f"{c['method']} − {c['baseline']} ({c['metric']}, {_relation(c)})", str(j.n),
+                     f"{name(c['method'])} − {name(c['baseline'])} ({c['metric']}, {_relation(c)})", str(j.n),
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
                      f"{j.p_holm:.4f}", j.verdict])
     resumed = sorted({d for j in judged for d in j.resumed})
@@ -178,3 +182,43 @@ def claims_table(path: Path, fmt: str = "md") -> str:
         return "\n".join(lines) + f"\n% {note}"
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out) + f"\n\n{note}"
+
+
+VERDICT_COLOURS = {"replicated": "tab:green", "not replicated": "tab:red", "inconclusive": "tab:gray"}
+
+
+def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
+    """Every claim's mean Δ with its t-interval (thick) and bootstrap interval (thin), coloured by
+    verdict; the claimed bound (0, the ≫ margin, the ≈ band) drawn on each row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from ner_lightning.report.plots import _save
+
+    name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.24 * len(judged)))
+    for row, j in enumerate(judged):
+        y, c, colour = len(judged) - 1 - row, j.claim, VERDICT_COLOURS[j.verdict]
+        ax.plot([j.boot_low, j.boot_high], [y, y], color=colour, lw=0.8)
+        ax.plot([j.t_low, j.t_high], [y, y], color=colour, lw=2.5, solid_capstyle="butt")
+        ax.plot(j.mean, y, "o", color=colour, ms=3.5)
+        margin = float(c.get("margin") or 0.0)
+        if c["relation"] == ">>":
+            ax.plot(margin, y, "|", color="black", ms=7)
+        elif c["relation"] == "≈":
+            ax.plot([-margin, margin], [y, y], "|", color="black", ms=7)
+    ax.axvline(0, color="black", lw=0.6)
+    ax.set_yticks(range(len(judged)), [f"{j.claim['id']}: {name(j.claim['method'])} − {name(j.claim['baseline'])}"
+                                       for j in reversed(judged)], fontsize=6)
+    ax.set_ylim(-0.7, len(judged) - 0.3)
+    ax.set_xlabel("paired difference Δ (method − baseline) over partitions")
+    level = round(100 * (1 - settings["alpha"]))
+    handles = [Line2D([], [], color=col, lw=2.5, label=v) for v, col in VERDICT_COLOURS.items()]
+    handles += [Line2D([], [], color="black", marker="|", ls="", ms=7, label="claimed margin (≫ / ≈)")]
+    ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(f"claims: mean Δ, paired t {level}% CI (thick), bootstrap {level}% CI (thin)", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, Path(out), "claims_forest")
