@@ -94,3 +94,28 @@ def test_the_committed_claims_table_is_the_commands_output():
     doc = (REPO_ROOT / "docs" / "results" / "claims.md").read_text()
     committed = doc.split("<!-- claims table -->\n", 1)[1].split("\n<!-- end claims table -->", 1)[0]
     assert committed == claims_table(REPO_ROOT / "docs" / "results" / "claims.yaml")
+
+
+def test_an_interaction_is_the_difference_of_the_paired_differences(tmp_path):
+    """Δ = (m − ce with regime) − (m − ce without), per partition, by hand."""
+    runs = tmp_path / "runs"
+    gain = {"default": np.array([0.02, 0.03, 0.01, 0.04]), "sCRD": np.array([0.05, 0.01, 0.02, 0.08])}
+    for data, g in gain.items():
+        for p in range(4):
+            for loss, f1 in (("ce", 0.5), ("m", 0.5 + g[p])):
+                d = runs / f"{data}-{loss}{p}"
+                d.mkdir(parents=True)
+                (d / "results.json").write_text(json.dumps({
+                    "overrides": [f"loss={loss}", f"data={data}"], "grid": {"data": data},
+                    "config": {"size": 20, "partition": p, "seed": 42, "dataset": {"name": "toy"}},
+                    "partition": {"sha256": f"p{p}", "partition": p}, "compute": {"init_seed": 42},
+                    "test": {"micro": {"f1": f1}}, "wall_time_s": 1.0}))
+    claim = {"id": 11, "paper": "P", "source": "S", "statement": "no interaction", "runs": ["runs"], "key": "loss",
+             "method": "m", "baseline": "ce", "metric": "test.micro.f1", "relation": "≈", "margin": 0.05,
+             "interaction": {"key": "data", "with": "sCRD", "without": "default"}}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [claim]}, allow_unicode=True))
+    (j,) = judge_all(path)[1]
+    expected = gain["sCRD"] - gain["default"]
+    assert j.n == 4 and j.mean == pytest.approx(float(expected.mean()))
+    assert j.p == pytest.approx(t_test(expected, "≈", 0.05, 0.05)[0])

@@ -9,6 +9,9 @@ whose two values it compares (``key``: ``method`` against ``baseline``), a metri
 * ``>>`` — better by more than ``margin``: H0 Δ ≤ margin;
 * ``≈``  — equivalent within ±``margin``: TOST, H0 |Δ| ≥ margin (p = the larger one-sided p).
 
+With ``interaction: {key, with, without}`` Δ is a difference of differences (does ``key`` change
+method − baseline?), e.g. AUC-2T − CE with sCRD resampling minus without it.
+
 Δ is method − baseline per partition, paired on the same training sentences and initialisation.
 The p-values of every claim in the file are Holm-adjusted together (one claim family). Verdict:
 
@@ -36,7 +39,7 @@ import yaml
 from scipy import stats
 
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
-from ner_lightning.report.runs import group, labels, load_runs
+from ner_lightning.report.runs import group, labels, load_runs, lookup, pair_id, partition_label
 from ner_lightning.report.stats import bootstrap_mean, holm
 from ner_lightning.report.tables import paired_values
 
@@ -99,14 +102,8 @@ def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[f
     return p, mean - half, mean + half
 
 
-def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> Judged:
-    """Δ of one claim from its runs (paths relative to the claims file's folder)."""
-    folders = [match for pattern in claim["runs"] for match in sorted(root.glob(pattern))]
-    if not folders:
-        raise SystemExit(f"claim {claim['id']}: no folder matches {claim['runs']} under {root}")
-    runs, _ = load_runs(folders)
-    for key, value in (claim.get("where") or {}).items():
-        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
+def _deltas(claim: dict, runs: list[dict], pool: list[str]) -> tuple[dict, list[dict]]:
+    """method − baseline per pair (partition label, init seed) and the runs of both rows."""
     key = claim["key"]
     rows = group(runs, [key])
     missing = [v for v in (claim["method"], claim["baseline"]) if (str(v),) not in rows]
@@ -114,19 +111,45 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> J
         raise SystemExit(f"claim {claim['id']}: no runs with {key}={', '.join(map(str, missing))} after "
                          f"{claim.get('where') or 'no filter'}; rows: {', '.join(k[0] for k in rows)}")
     method, base = (str(claim["method"]),), (str(claim["baseline"]),)
-    pool = claim.get("pool") or []
     pair = rows[method] + rows[base]
     problems = (duplicates(pair, [key]) + pooled_differences(pair, [key], pool)
                 + unpaired_rows(rows, [(method, base)], [key], pool))
     if problems:
         raise SystemExit(f"claim {claim['id']}: " + "; ".join(problems))
-    x, y = paired_values(rows[method], rows[base], claim["metric"])
-    if len(x) < 2:
-        raise SystemExit(f"claim {claim['id']}: {len(x)} paired partitions; a verdict needs at least 2")
-    d = np.asarray(x) - np.asarray(y)
+    paired_values(rows[method], rows[base], claim["metric"])  # refuses partitions of different sentences
+    mine = {(partition_label(r), pair_id(r)[1]): lookup(r, claim["metric"]) for r in rows[method]}
+    theirs = {(partition_label(r), pair_id(r)[1]): lookup(r, claim["metric"]) for r in rows[base]}
+    return {k: mine[k] - theirs[k] for k in sorted(set(mine) & set(theirs))
+            if mine[k] is not None and theirs[k] is not None}, pair
+
+
+def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> Judged:
+    """Δ of one claim from its runs (glob patterns relative to the claims file's folder). With
+    ``interaction: {key, with, without}``, Δ is a difference of differences per partition:
+    (method − baseline at key=with) − (method − baseline at key=without)."""
+    folders = [match for pattern in claim["runs"] for match in sorted(root.glob(pattern))]
+    if not folders:
+        raise SystemExit(f"claim {claim['id']}: no folder matches {claim['runs']} under {root}")
+    runs, _ = load_runs(folders)
+    for key, value in (claim.get("where") or {}).items():
+        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
+    pool = list(claim.get("pool") or [])
+    inter = claim.get("interaction")
+    if inter:
+        split = labels(runs, inter["key"])
+        pool.append(inter["key"])
+        (d_with, used), (d_without, more) = (
+            _deltas(claim, [r for r, v in zip(runs, split) if v == str(inter[side])], pool) for side in ("with", "without"))
+        deltas = {k: d_with[k] - d_without[k] for k in sorted(set(d_with) & set(d_without))}
+        used = used + more
+    else:
+        deltas, used = _deltas(claim, runs, pool)
+    if len(deltas) < 2:
+        raise SystemExit(f"claim {claim['id']}: {len(deltas)} paired partitions; a verdict needs at least 2")
+    d = np.asarray(list(deltas.values()), dtype=float)
     p, low, high = t_test(d, claim["relation"], float(claim.get("margin") or 0.0), alpha)
     boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
-    resumed = sorted(os.path.relpath(r["_dir"], root) for r in rows[method] + rows[base] if r.get("resumed_from"))
+    resumed = sorted(os.path.relpath(r["_dir"], root) for r in used if r.get("resumed_from"))
     return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p, resumed)
 
 
@@ -155,6 +178,14 @@ def _relation(claim: dict) -> str:
     return {">": ">", ">>": f"> by {margin}", "≈": f"≈ ±{margin}"}[claim["relation"]]
 
 
+def _difference(claim: dict, name) -> str:
+    d = f"{name(claim['method'])} − {name(claim['baseline'])}"
+    inter = claim.get("interaction")
+    if inter:
+        d = f"({d}) at {name(inter['with'])} − at {name(inter['without'])}"
+    return f"{d} ({claim['metric']}, {_relation(claim)})"
+
+
 def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     """The claims table, every verdict computed by the rule in this module's docstring (and with
     ``plots``, the forest plot of every claim's Δ there)."""
@@ -169,7 +200,7 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     for j in judged:
         c = j.claim
         rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
-                     f"{name(c['method'])} − {name(c['baseline'])} ({c['metric']}, {_relation(c)})", str(j.n),
+                     _difference(c, name), str(j.n),
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
                      f"{j.p_holm:.4f}", j.verdict])
     resumed = sorted({d for j in judged for d in j.resumed})
