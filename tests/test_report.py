@@ -338,3 +338,12 @@ def test_swept_floats_are_rounded_but_kept_apart(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| 7.1519 |" in out and "| 7.152 |" in out and "| 2 |" in out and "7.151893663724195" not in out
     assert "| 7.1519 | test.micro.f1 | +0.1000" in out
+
+
+def test_best_is_last_tells_runs_whose_budget_may_bind():
+    from ner_lightning.report.runs import lookup
+
+    run = {"best_batch": 300, "compute": {"train_batches": 300}, "config": {}}
+    assert lookup(run, "best_is_last") == 1.0
+    assert lookup({**run, "best_batch": 275}, "best_is_last") == 0.0
+    assert lookup({"config": {}}, "best_is_last") is None

@@ -47,7 +47,9 @@ def load_trials(dirs: list[Path]) -> list[dict]:
 def lookup(run: dict, key: str):
     """``loss``/``model``/``dataset``/``multitask``/``data``: the group option chosen (``data``: the
     regime preset, conf/data); ``test.…``, ``dev.…``, ``compute.…``, ``best_epoch`` …: a path into
-    results.json; anything else: a path into the resolved config."""
+    results.json; ``best_is_last``: 1 if the selected evaluation was the last (the training budget
+    may bind), else 0 — its mean over a row is the share of such runs; anything else: a path into
+    the resolved config."""
     if key in ("loss", "model", "dataset", "multitask", "data"):
         if run.get("grid", {}).get(key) is not None:
             return run["grid"][key]
@@ -61,6 +63,9 @@ def lookup(run: dict, key: str):
         if key == "data":
             return "default"
         return None
+    if key == "best_is_last":  # 1 when the selected evaluation was the run's last: its budget may bind
+        best, batches = run.get("best_batch"), (run.get("compute") or {}).get("train_batches")
+        return None if best is None or batches is None else float(best == batches)
     node = run if key.startswith(RESULT_KEYS) or key in RESULT_VALUES else run["config"]
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
