@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("cell", help="a finished cell's folder (its results.json names the kept checkpoint)")
     ap.add_argument("--out", help="the export folder (default: <cell>/export)")
     args = ap.parse_args(argv)
+    from ner_lightning.console import quiet
+
+    quiet()
     try:
         folder = export_cell(args.cell, args.out)
     except (FileNotFoundError, ValueError) as err:

@@ -64,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         words, gold = read_input(args.input, args.format, args.tokenizer)
+        from ner_lightning.console import quiet
         from ner_lightning.export import load
+
+        quiet()
 
         model = load(args.model, args.device, args.precision)
     except (CorpusFormatError, FileNotFoundError, ValueError) as err:
