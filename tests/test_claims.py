@@ -51,7 +51,10 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
               {**claim, "id": 3, "statement": "same ≈ CE", "method": "same", "relation": "≈", "margin": 0.01},
               {**claim, "id": 4, "statement": "better ≫ CE", "method": "better", "relation": ">>", "margin": 0.1}]
     path = tmp_path / "claims.yaml"
-    path.write_text(yaml.safe_dump({"alpha": 0.05, "resamples": 200, "claims": claims}, allow_unicode=True))
+    figures = [{"name": "curve", "runs": ["runs"], "key": "loss", "x": "size", "metric": "test.micro.f1",
+                "references": {"ce": {20: 0.3}}}]
+    path.write_text(yaml.safe_dump({"alpha": 0.05, "resamples": 200, "claims": claims, "figures": figures},
+                                   allow_unicode=True))
     _, judged = judge_all(path)
     assert [j.p_holm for j in judged] == pytest.approx(holm([j.p for j in judged]))
     assert [j.verdict for j in judged] == ["replicated", "not replicated", "replicated", "not replicated"]
@@ -63,7 +66,8 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     assert "| replicated |" in out and "1 of the runs read resumed from a checkpoint" in out
     main(["--claims", str(path), "--format", "latex", "--plots", str(tmp_path / "figs")])
     assert "\\toprule" in capsys.readouterr().out
-    assert (tmp_path / "figs" / "claims_forest.png").is_file() and (tmp_path / "figs" / "claims_forest.svg").is_file()
+    for name in ("claims_forest", "curve"):
+        assert (tmp_path / "figs" / f"{name}.png").is_file() and (tmp_path / "figs" / f"{name}.svg").is_file()
 
 
 def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refused(tmp_path):

@@ -77,7 +77,8 @@ def load_claims(path: Path) -> tuple[dict, list[dict]]:
         if c["relation"] != ">" and not c.get("margin"):
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']} needs a positive margin")
     settings = {"alpha": float(data.get("alpha", 0.05)), "resamples": int(data.get("resamples", 10_000)),
-                "seed": int(data.get("seed", 0)), "names": {str(k): str(v) for k, v in (data.get("names") or {}).items()}}
+                "seed": int(data.get("seed", 0)), "names": {str(k): str(v) for k, v in (data.get("names") or {}).items()},
+                "figures": list(data.get("figures") or [])}
     return settings, claims
 
 
@@ -192,6 +193,8 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     settings, judged = judge_all(path)
     if plots is not None:
         forest_plot(judged, settings, plots)
+        for spec in settings["figures"]:
+            figure(spec, settings, Path(path).parent, plots)
     name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
     level = round(100 * (1 - settings["alpha"]))
     head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n", f"mean Δ [t {level}% CI]",
@@ -253,3 +256,16 @@ def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
     ax.set_title(f"claims: mean Δ, paired t {level}% CI (thick), bootstrap {level}% CI (thin)", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, Path(out), "claims_forest")
+
+
+def figure(spec: dict, settings: dict, root: Path, out: Path) -> list[Path]:
+    """A learning curve of the claims file's ``figures`` list: runs (glob patterns), ``where``,
+    the method key, the x key, the metric and the paper's reported values as references."""
+    from ner_lightning.report.plots import curves_against_references
+
+    runs, _ = load_runs([m for pattern in spec["runs"] for m in sorted(root.glob(pattern))])
+    for key, value in (spec.get("where") or {}).items():
+        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
+    return curves_against_references(runs, spec["key"], spec["x"], spec["metric"], Path(out), spec["name"],
+                                     settings["resamples"], settings["seed"], settings["names"],
+                                     spec.get("references"), spec.get("reference_label", "paper"))
