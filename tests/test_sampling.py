@@ -148,7 +148,7 @@ def test_length_grouping_sorts_within_windows_and_cuts_padding():
 @pytest.mark.parametrize("grouped", [False, True])
 def test_every_epoch_of_a_real_fit_gets_new_batches(toy_cfg, monkeypatch, grouped):
     """Lightning sets the epoch on ``sampler`` / ``batch_sampler.sampler`` only: the length-grouped
-    batch sampler must receive it too (it did not before session 7, so every epoch of a
+    batch sampler must receive it too (earlier versions did not, so every epoch of a
     ``data.group_by_length=true`` run trained on epoch 0's batches in epoch 0's order)."""
     from ner_lightning.models.token_classification import TokenClassificationModule
     from tests.helpers import train

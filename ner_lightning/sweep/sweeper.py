@@ -157,20 +157,7 @@ class GridSweeper(Sweeper):
         expanded = self._expand(arguments)
         jobs = self._on_common_labels(expanded)
         old = cells.read_manifest(sweep_dir)
-        if old is not None:  # resume, or a grown grid: earlier cells keep their numbers, new ones follow
-            before = [c["overrides"] for c in old["cells"]]
-            if jobs != expanded and not all(o in jobs for o in before) and any(o in expanded for o in before):
-                raise ValueError(
-                    f"{sweep_dir} holds {len(before)} cells on each objective's own labels; this command adds "
-                    "an objective that needs other labels, so every cell would now run on "
-                    "data.label_scheme=untyped — another grid. Choose a new hydra.sweep.dir, or keep each "
-                    "objective's labels with hydra.sweeper.common_labels=false")
-            if not all(o in jobs for o in before):
-                raise ValueError(
-                    f"{sweep_dir / cells.MANIFEST} holds a grid of {len(before)} cells that this command does not "
-                    "contain: rerun the command that made it (or one that adds axis values) to resume, or choose a "
-                    "new hydra.sweep.dir")
-            jobs = before + [o for o in jobs if o not in before]
+        jobs = _with_earlier_cells(sweep_dir, old, expanded, jobs)
         # Cell numbers first (the subdir resolver reads them), then folders and hashes.
         manifest = {"sweep_dir": str(sweep_dir), "command": sys.argv, "arguments": list(arguments),
                     "cells": cells.numbered(jobs, old),
@@ -217,6 +204,27 @@ class GridSweeper(Sweeper):
             first = next(r for batch in returns for r in batch if r.status != JobStatus.COMPLETED)
             _ = first.return_value  # re-raises the first failure, as Hydra's basic sweeper does
         return returns
+
+
+def _with_earlier_cells(sweep_dir: Path, old: dict | None, expanded: list[list[str]],
+                        jobs: list[list[str]]) -> list[list[str]]:
+    """Resume, or a grown grid: the earlier manifest's cells keep their numbers and new ones
+    follow; a command that does not contain the earlier grid is refused, saying why."""
+    if old is None:
+        return jobs
+    before = [c["overrides"] for c in old["cells"]]
+    if jobs != expanded and not all(o in jobs for o in before) and any(o in expanded for o in before):
+        raise ValueError(
+            f"{sweep_dir} holds {len(before)} cells on each objective's own labels; this command adds "
+            "an objective that needs other labels, so every cell would now run on "
+            "data.label_scheme=untyped — another grid. Choose a new hydra.sweep.dir, or keep each "
+            "objective's labels with hydra.sweeper.common_labels=false")
+    if not all(o in jobs for o in before):
+        raise ValueError(
+            f"{sweep_dir / cells.MANIFEST} holds a grid of {len(before)} cells that this command does not "
+            "contain: rerun the command that made it (or one that adds axis values) to resume, or choose a "
+            "new hydra.sweep.dir")
+    return before + [o for o in jobs if o not in before]
 
 
 def error_of(job: JobReturn) -> str:
