@@ -91,11 +91,11 @@ def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refus
 
 
 def test_the_committed_claims_table_is_the_commands_output():
-    """docs/results/claims.md holds exactly what --claims prints for the committed runs."""
+    """replication.md's claims table is exactly what --claims prints for the committed runs."""
     from ner_lightning.config import REPO_ROOT
     from ner_lightning.report.claims import claims_table
 
-    doc = (REPO_ROOT / "docs" / "results" / "claims.md").read_text()
+    doc = (REPO_ROOT / "docs" / "results" / "replication.md").read_text()
     committed = doc.split("<!-- claims table -->\n", 1)[1].split("\n<!-- end claims table -->", 1)[0]
     assert committed == claims_table(REPO_ROOT / "docs" / "results" / "claims.yaml")
 
