@@ -210,7 +210,7 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)) if resumed else \
         "No run read resumed from a checkpoint."
     if fmt == "latex":
-        esc = lambda s: s.replace("_", "\\_").replace("%", "\\%").replace("≈", "$\\approx$").replace("−", "$-$")  # noqa: E731
+        esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
         lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
                  "\\midrule"] + [" & ".join(map(esc, r)) + " \\\\" for r in rows] + ["\\bottomrule", "\\end{tabular}"]
         return "\n".join(lines) + f"\n% {note}"
@@ -218,6 +218,8 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     return "\n".join(out) + f"\n\n{note}"
 
 
+LATEX = {"_": "\\_", "%": "\\%", "&": "\\&", "#": "\\#", "≈": "$\\approx$", "≫": "$\\gg$", "±": "$\\pm$",
+         "−": "$-$", "–": "--", "Δ": "$\\Delta$", "λ": "$\\lambda$", "γ": "$\\gamma$", "β": "$\\beta$"}
 VERDICT_COLOURS = {"replicated": "tab:green", "not replicated": "tab:red", "inconclusive": "tab:gray"}
 
 
