@@ -29,7 +29,8 @@ def sweep_status(sweep_dir: Path) -> dict:
     manifest = cells.read_manifest(sweep_dir)
     if manifest is None:
         raise SystemExit(f"{sweep_dir}: no {cells.MANIFEST} — not a sweep folder, or a sweep made by a sweeper "
-                         "that writes none (optuna); its runs are still readable by python -m ner_lightning.report")
+                         "that writes none (hydra/sweeper=optuna; optuna_resumable writes one); its runs are still "
+                         "readable by python -m ner_lightning.report")
     rows = []
     for c in manifest["cells"]:
         st = cells.status_of(sweep_dir / c["dir"]) if "dir" in c else {"state": "missing", "record": None}
