@@ -197,3 +197,19 @@ def test_reordering_data_and_loss_in_the_defaults_list_changes_nothing(tmp_path)
                 cfg = compose("config", overrides=[f"loss={loss}"])
             composed.append(OmegaConf.to_container(cfg))
         assert composed[0] == composed[1]
+
+
+def test_label_scheme_needed_is_the_objectives_unless_the_config_sets_one(tmp_path):
+    """What the grid sweeper reads to put objectives on common labels (sweep/sweeper.py)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ner_lightning.config import label_scheme_needed
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        needed = {o: label_scheme_needed(compose("config", overrides=o.split())) for o in
+                  ("loss=ce", "loss=auc2t", "loss=mrc", "loss=auc2t data.label_scheme=untyped",
+                   "experiment=objectives_untyped")}
+    assert needed == {"loss=ce": "typed", "loss=auc2t": "untyped", "loss=mrc": "typed",
+                      "loss=auc2t data.label_scheme=untyped": None, "experiment=objectives_untyped": None}
