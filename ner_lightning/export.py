@@ -26,16 +26,11 @@ from omegaconf import OmegaConf
 
 from ner_lightning.data.alignment import QueryAligner, SubwordAligner, collate_features
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
-from ner_lightning.data.datamodule import MAIN, sorted_batches
+from ner_lightning.data.datamodule import sorted_batches
 from ner_lightning.models.base import NERModule
-from ner_lightning.models.heads import HeadModule, build_family
+from ner_lightning.models.heads import build_family
 
 FORMAT = 1  # model.json's layout version
-
-
-def label_sets(module: NERModule) -> dict[str, LabelSet]:
-    """The label set of each head: the main corpus's and, in a multi-corpus model, each auxiliary's."""
-    return dict(module.label_sets) if isinstance(module, HeadModule) else {MAIN: module.label_set}
 
 
 def export_model(module: NERModule, config: dict, out: str | Path, eval_precision: str) -> Path:
@@ -50,7 +45,7 @@ def export_model(module: NERModule, config: dict, out: str | Path, eval_precisio
     queries = (config["data"]["corpus"].get("queries") or {})
     types = module.label_set.entity_types
     meta = {"format": FORMAT, "family": config["loss"]["_target_"], "framing": config["data"]["framing"],
-            "entity_types": {name: list(ls.entity_types) for name, ls in label_sets(module).items()},
+            "entity_types": {name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
             "queries": [queries.get(t) or t for t in types], "max_length": config["data"]["max_length"],
             "eval_batch_size": config["data"]["eval_batch_size"], "precision": eval_precision}
     (partial / "model.json").write_text(json.dumps(meta, indent=2))

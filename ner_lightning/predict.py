@@ -21,25 +21,25 @@ TAG = re.compile(r"^(O|[BI]-.+)$")
 TOKENIZERS = {"whitespace": str.split, "simple": WORD.findall}
 
 
-def detect_format(path: Path) -> str:
-    """``conll`` when the first token lines have a word and a tag column, else ``text``."""
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:200]
-             if line.strip() and not line.startswith("-DOCSTART-")][:20]
-    rows = [re.split(r"\t| ", line.strip()) for line in lines]
-    return "conll" if rows and all(len(r) >= 2 and TAG.match(r[-1]) for r in rows) else "text"
+def detect_format(path: Path) -> tuple[str, str]:
+    """(``conll`` or ``text``, the column delimiter) from the first token lines: CoNLL when each
+    has a word and a tag column."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        lines = [line.strip() for _, line in zip(range(200), fh)]
+    lines = [line for line in lines if line and not line.startswith("-DOCSTART-")][:20]
+    delimiter = "\t" if lines and "\t" in lines[0] else " "
+    rows = [line.split(delimiter) for line in lines]
+    return ("conll" if rows and all(len(r) >= 2 and TAG.match(r[-1]) for r in rows) else "text"), delimiter
 
 
 def read_input(path: Path, fmt: str, tokenizer: str) -> tuple[list[list[str]], list[list[str]] | None]:
     """Words of each sentence and, for a CoNLL file, its gold tags."""
-    if fmt == "auto":
-        fmt = detect_format(path)
-    if fmt == "conll":
-        first = next(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-        sentences = read_conll(path, delimiter="\t" if "\t" in first else " ", split="predict")
+    detected, delimiter = detect_format(path)
+    if (detected if fmt == "auto" else fmt) == "conll":
+        sentences = read_conll(path, delimiter=delimiter, split="predict")
         return [list(s.tokens) for s in sentences], [list(s.tags) for s in sentences]
     split = TOKENIZERS[tokenizer]
-    text = path.read_text(encoding="utf-8")
-    return [words for words in (split(line) for line in text.splitlines()) if words], None
+    return [words for words in map(split, path.read_text(encoding="utf-8").splitlines()) if words], None
 
 
 def parser() -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping
 
 from ner_lightning.callbacks import AuxiliaryPhases, PredictionWriter, ScheduleHorizon, TokenThroughput
-from ner_lightning.export import export_model, label_sets, load_weights
+from ner_lightning.export import export_model, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.models.heads import build_family
@@ -253,7 +253,7 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
         precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision),
                    "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))},
         identity=cell.identity, code=code_version(),
-        labels={name: list(ls.entity_types) for name, ls in label_sets(module).items()},
+        labels={name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
         predictions=next(({split: os.path.relpath(path, cfg.paths.output_dir) for split, path in c.written.items()}
                           for c in callbacks if isinstance(c, PredictionWriter)), None),
     )

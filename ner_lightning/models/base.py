@@ -26,6 +26,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from ner_lightning.callbacks.schedules import schedule_horizon
 from ner_lightning.data.corpus import OUTSIDE, LabelSet
+from ner_lightning.data.datamodule import MAIN
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.optim import set_pdsca_phase
@@ -305,6 +306,10 @@ class NERModule(pl.LightningModule):
                                      "metrics": dict(flat), "scores": scores})
             self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
             self.log_dict(flat)
+
+    def head_label_sets(self) -> dict[str, LabelSet]:
+        """The label set of each head: the main corpus's (``HeadModule``: and each auxiliary's)."""
+        return {MAIN: self.label_set}
 
     def id2label_of(self, corpus: str) -> dict[int, str]:
         """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""

@@ -183,6 +183,9 @@ class HeadModule(NERModule):
     def id2label_of(self, corpus: str) -> dict[int, str]:
         return self.label_sets[corpus].id2label
 
+    def head_label_sets(self) -> dict[str, LabelSet]:
+        return dict(self.label_sets)
+
 
 def build_family(loss, encoder: TransformerEncoder, label_sets: dict[str, LabelSet]) -> NERModule:
     """The objective family of a ``loss`` config around ``encoder``: the main corpus's labels

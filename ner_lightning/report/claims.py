@@ -39,9 +39,9 @@ import yaml
 from scipy import stats
 
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
-from ner_lightning.report.runs import group, labels, load_runs, lookup, pair_id, partition_label
+from ner_lightning.report.runs import group, labels, load_runs
 from ner_lightning.report.stats import bootstrap_mean, holm
-from ner_lightning.report.tables import paired_values
+from ner_lightning.report.tables import paired_by_partition
 
 RELATIONS = (">", ">>", "≈")
 FIELDS = ("id", "paper", "source", "statement", "relation", "runs", "key", "method", "baseline", "metric")
@@ -103,6 +103,17 @@ def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[f
     return p, mean - half, mean + half
 
 
+def _runs(spec: dict, root: Path) -> list[dict]:
+    """The runs a claim or figure reads: its ``runs`` glob patterns under ``root``, filtered by ``where``."""
+    folders = [match for pattern in spec["runs"] for match in sorted(root.glob(pattern))]
+    if not folders:
+        raise SystemExit(f"{spec.get('id', spec.get('name'))}: no folder matches {spec['runs']} under {root}")
+    runs, _ = load_runs(folders)
+    for key, value in (spec.get("where") or {}).items():
+        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
+    return runs
+
+
 def _deltas(claim: dict, runs: list[dict], pool: list[str]) -> tuple[dict, list[dict]]:
     """method − baseline per pair (partition label, init seed) and the runs of both rows."""
     key = claim["key"]
@@ -117,23 +128,15 @@ def _deltas(claim: dict, runs: list[dict], pool: list[str]) -> tuple[dict, list[
                 + unpaired_rows(rows, [(method, base)], [key], pool))
     if problems:
         raise SystemExit(f"claim {claim['id']}: " + "; ".join(problems))
-    paired_values(rows[method], rows[base], claim["metric"])  # refuses partitions of different sentences
-    mine = {(partition_label(r), pair_id(r)[1]): lookup(r, claim["metric"]) for r in rows[method]}
-    theirs = {(partition_label(r), pair_id(r)[1]): lookup(r, claim["metric"]) for r in rows[base]}
-    return {k: mine[k] - theirs[k] for k in sorted(set(mine) & set(theirs))
-            if mine[k] is not None and theirs[k] is not None}, pair
+    pairs = paired_by_partition(rows[method], rows[base], claim["metric"])
+    return {k: a - b for k, (a, b) in pairs.items()}, pair
 
 
 def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> Judged:
     """Δ of one claim from its runs (glob patterns relative to the claims file's folder). With
     ``interaction: {key, with, without}``, Δ is a difference of differences per partition:
     (method − baseline at key=with) − (method − baseline at key=without)."""
-    folders = [match for pattern in claim["runs"] for match in sorted(root.glob(pattern))]
-    if not folders:
-        raise SystemExit(f"claim {claim['id']}: no folder matches {claim['runs']} under {root}")
-    runs, _ = load_runs(folders)
-    for key, value in (claim.get("where") or {}).items():
-        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
+    runs = _runs(claim, root)
     pool = list(claim.get("pool") or [])
     inter = claim.get("interaction")
     if inter:
@@ -263,11 +266,9 @@ def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
 def figure(spec: dict, settings: dict, root: Path, out: Path) -> list[Path]:
     """A learning curve of the claims file's ``figures`` list: runs (glob patterns), ``where``,
     the method key, the x key, the metric and the paper's reported values as references."""
-    from ner_lightning.report.plots import curves_against_references
+    from ner_lightning.report.plots import metric_vs
 
-    runs, _ = load_runs([m for pattern in spec["runs"] for m in sorted(root.glob(pattern))])
-    for key, value in (spec.get("where") or {}).items():
-        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
-    return curves_against_references(runs, spec["key"], spec["x"], spec["metric"], Path(out), spec["name"],
-                                     settings["resamples"], settings["seed"], settings["names"],
-                                     spec.get("references"), spec.get("reference_label", "paper"))
+    runs = _runs(spec, root)
+    return metric_vs(runs, spec["key"], spec["x"], [spec["metric"]], Path(out), spec["name"], settings["resamples"],
+                     settings["seed"], True, settings["names"], spec.get("references"),
+                     spec.get("reference_label", "paper"))

@@ -49,8 +49,12 @@ def _label(metric: str) -> str:
     return metric.replace("test.", "test ").replace("dev.", "dev ").replace(".", " ")
 
 
-def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_x) -> list[Path]:
-    """One line + 95 % band per (method, metric) against ``x_key``."""
+def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_x, names: dict | None = None,
+              references: dict | None = None, reference_label: str = "paper") -> list[Path]:
+    """One line + 95 % band per (method, metric) against ``x_key``; method names from ``names``;
+    a paper's reported values (``references``: method -> {x: value}) as hollow markers in the
+    method's colour."""
+    names, references = names or {}, references or {}
     fig, ax = plt.subplots(figsize=(6, 4))
     ticks: set[float] = set()
     for metric, style in zip(metrics, ("-", "--", ":")):
@@ -64,11 +68,19 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
                 continue
             xs = [p[0] for p in pts]
             ticks.update(xs)
-            line, = ax.plot(xs, [p[1].mean for p in pts], style, marker="o", label=f"{method[0]} ({_label(metric)})"
-                            if len(metrics) > 1 else method[0])
+            shown_name = names.get(method[0], method[0])
+            line, = ax.plot(xs, [p[1].mean for p in pts], style, marker="o", label=f"{shown_name} ({_label(metric)})"
+                            if len(metrics) > 1 else shown_name)
             lows = [p[1].low if p[1].n > 1 else p[1].mean for p in pts]
             highs = [p[1].high if p[1].n > 1 else p[1].mean for p in pts]
             ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15)
+            ref = {float(k): float(v) for k, v in (references.get(method[0]) or {}).items()}
+            if ref:
+                ticks.update(ref)
+                ax.plot(sorted(ref), [ref[k] for k in sorted(ref)], ls=":", marker="o", mfc="none",
+                        color=line.get_color(), lw=0.8)
+    if references:
+        ax.plot([], [], ls=":", marker="o", mfc="none", color="gray", label=f"{reference_label} (hollow)")
     if log_x:
         ax.set_xscale("log")
         ax.set_xticks(sorted(ticks), [f"{t:g}" for t in sorted(ticks)])
@@ -77,44 +89,7 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
     ax.set_ylabel(_label(metrics[-1]) if len(metrics) == 1 else "F1")
     ax.set_title(f"{', '.join(map(_label, metrics))} vs {x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return _save(fig, out, name)
-
-
-def curves_against_references(runs, method_key, x_key, metric, out, name, resamples, seed,
-                              names: dict | None = None, references: dict | None = None,
-                              reference_label: str = "paper") -> list[Path]:
-    """``metric`` against ``x_key`` (log x): mean and 95 % bootstrap band per method, method names
-    from ``names``, and a paper's reported values (``references``: method -> {x: value}) as hollow
-    markers in the method's colour — a learning curve to set beside the paper's."""
-    names, references = names or {}, references or {}
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs_all: set[float] = set()
-    for (method,), rs in group(runs, [method_key]).items():
-        pts = [(float(x), bootstrap_mean(values(cell, metric), resamples, seed))
-               for (x,), cell in group(rs, [x_key]).items()]
-        pts = [(x, e) for x, e in sorted(pts) if e.n]
-        if not pts:
-            continue
-        xs = [x for x, _ in pts]
-        xs_all.update(xs)
-        line, = ax.plot(xs, [e.mean for _, e in pts], marker="o", ms=4, label=names.get(method, method))
-        ax.fill_between(xs, [e.low for _, e in pts], [e.high for _, e in pts], color=line.get_color(), alpha=0.15)
-        ref = {float(k): float(v) for k, v in (references.get(method) or {}).items()}
-        if ref:
-            xs_all.update(ref)
-            ax.plot(sorted(ref), [ref[k] for k in sorted(ref)], ls=":", marker="o", mfc="none",
-                    color=line.get_color(), lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xticks(sorted(xs_all), [f"{t:g}" for t in sorted(xs_all)])
-    ax.minorticks_off()
-    ax.set_xlabel(x_key)
-    ax.set_ylabel(_label(metric))
-    if references:
-        ax.plot([], [], ls=":", marker="o", mfc="none", color="gray", label=f"{reference_label} (hollow)")
-    ax.set_title(f"{_label(metric)}: mean and 95% bootstrap band over partitions", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if references else {}))
     return _save(fig, out, name)
 
 

@@ -68,12 +68,13 @@ def baseline_row_value(runs: list[dict], baseline: str) -> str:
     return _baseline_value(value, set(labels(runs, key)))
 
 
-def paired_values(method: list[dict], base: list[dict], metric: str) -> tuple[list[float], list[float]]:
-    """Values of the partitions both rows have. A partition index whose sentences differ
-    between the rows (another seed, size or regime) is refused: those runs are not paired."""
+def paired_by_partition(method: list[dict], base: list[dict], metric: str) -> dict[tuple, tuple[float, float]]:
+    """(method value, baseline value) per pair (partition, init seed) both rows have, in order. A
+    partition index whose sentences differ between the rows (another seed, size or regime) is
+    refused: those runs are not paired."""
     mine = {(partition_label(r), pair_id(r)[1]): r for r in method}
     theirs = {(partition_label(r), pair_id(r)[1]): r for r in base}
-    x, y = [], []
+    pairs = {}
     for k in sorted(set(mine) & set(theirs)):
         a, b = mine[k], theirs[k]
         if a["partition"]["sha256"] != b["partition"]["sha256"]:
@@ -81,9 +82,14 @@ def paired_values(method: list[dict], base: list[dict], metric: str) -> tuple[li
                              "holds different sentences (sha256 differs) — compare rows with the same size/regime")
         va, vb = lookup(a, metric), lookup(b, metric)
         if va is not None and vb is not None:
-            x.append(va)
-            y.append(vb)
-    return x, y
+            pairs[k] = (va, vb)
+    return pairs
+
+
+def paired_values(method: list[dict], base: list[dict], metric: str) -> tuple[list[float], list[float]]:
+    """The paired values of :func:`paired_by_partition` as two lists."""
+    pairs = list(paired_by_partition(method, base, metric).values())
+    return [a for a, _ in pairs], [b for _, b in pairs]
 
 
 TESTS = ("wilcoxon", "bootstrap", "ttest")
