@@ -73,9 +73,7 @@ class ExportedModel:
         if not sentences:
             return []
         items = [Sentence(f"predict:{i}", tuple(words), (OUTSIDE,) * len(words)) for i, words in enumerate(sentences)]
-        main = self.module.label_set
-        labels = main.entity_types if isinstance(self.aligner, QueryAligner) else main.label2id
-        features = self.aligner.encode(items, labels)
+        features = self.aligner.encode(items, self.aligner.labels_for(self.module.label_set))
         pad = self.aligner.tokenizer.pad_token_id
         batches = sorted_batches(features, self.meta["eval_batch_size"], lambda b: collate_features(b, pad))
         return self.module.tag(batches, [len(s) for s in items])

@@ -79,6 +79,10 @@ class SubwordAligner:
                 self._pieces[w] = list(ids) or unk
         return [self._pieces[w] for w in words]
 
+    def labels_for(self, label_set) -> dict[str, int]:
+        """What :meth:`encode` takes for a label set: its label ids."""
+        return label_set.label2id
+
     def encode(self, sentences: Sequence[Sentence], label2id: dict[str, int]) -> list[Feature]:
         self.word_pieces([w for s in sentences for w in s.tokens])
         budget = self.max_length - self.n_special
@@ -157,6 +161,10 @@ class QueryAligner(SubwordAligner):
             if self.max_length - len(self.prefix + q + self.middle + self.suffix) < 8:
                 raise ValueError(f"the MRC query {text!r} leaves fewer than 8 of data.max_length={self.max_length} "
                                  "sub-tokens for the sentence: shorten it (dataset.queries) or raise max_length")
+
+    def labels_for(self, label_set) -> Sequence[str]:
+        """What :meth:`encode` takes for a label set: its entity types, one query each."""
+        return label_set.entity_types
 
     def encode(self, sentences: Sequence[Sentence], types: Sequence[str]) -> list[Feature]:
         self.word_pieces([w for s in sentences for w in s.tokens])

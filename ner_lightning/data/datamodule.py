@@ -211,7 +211,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.partition_sentences = partition
         train = partition + dev if self.train_on_dev else partition
         self.sentences = {"train": self._transform(train), "dev": dev, "test": test}
-        labels = self.label_set.entity_types if self.framing == "mrc" else self.label_set.label2id
+        labels = self.aligner.labels_for(self.label_set)
         for split, sents in self.sentences.items():
             self.features[split] = self.aligner.encode(sents, labels)
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES
+from ner_lightning.sweep.cells import TUNE
 
 RESULT_KEYS = tuple(f"{section}." for section in RESULT_SECTIONS)
 
@@ -36,7 +37,7 @@ def load_trials(dirs: list[Path]) -> list[dict]:
     """Tuning trials (``tune.json``, one per Hydra job) in job order, with ``trial`` = job number."""
     trials = []
     for d in dirs:
-        for path in Path(d).rglob("tune.json"):
+        for path in Path(d).rglob(TUNE):
             record = json.loads(path.read_text())
             number = path.parent.name.split("_", 1)[0]
             record["trial"] = int(number) if number.isdigit() else len(trials)

@@ -64,7 +64,7 @@ def export(sweep_dir: Path, dest: Path) -> tuple[int, int]:
     done = [r for r in status["rows"] if r["state"] == "done"]
     for r in done:
         (dest / r["dir"]).mkdir(parents=True, exist_ok=True)
-        for name in (cells.RESULTS, "tune.json"):
+        for name in (cells.RESULTS, cells.TUNE):
             if (sweep_dir / r["dir"] / name).is_file():
                 shutil.copy2(sweep_dir / r["dir"] / name, dest / r["dir"] / name)
     return len(done), len(status["rows"])
