@@ -123,3 +123,19 @@ def test_an_interaction_is_the_difference_of_the_paired_differences(tmp_path):
     expected = gain["sCRD"] - gain["default"]
     assert j.n == 4 and j.mean == pytest.approx(float(expected.mean()))
     assert j.p == pytest.approx(t_test(expected, "≈", 0.05, 0.05)[0])
+
+
+def test_a_curve_can_place_each_setting_at_its_measured_mean(tmp_path):
+    from ner_lightning.report.plots import _points
+
+    runs = []
+    for share, measured in ((0.01, (0.0102, 0.0098)), (None, (0.170, 0.160))):
+        for p, m in enumerate(measured):
+            runs.append({"config": {"data": {"imbalance": {"entity_share": share}}},
+                         "training_set": {"after": {"entity_token_share": m}}, "test": {"micro": {"f1": 0.5 + p / 10}}})
+    placed = _points(runs, "data.imbalance.entity_share", "training_set.after.entity_token_share",
+                     "test.micro.f1", 100, 0)
+    assert [x for x, _ in placed] == pytest.approx([0.01, 0.165])  # the unset (original) share is kept, at its mean
+    assert [e.mean for _, e in placed] == pytest.approx([0.55, 0.55])
+    nominal = _points(runs, "data.imbalance.entity_share", None, "test.micro.f1", 100, 0)
+    assert [x for x, _ in nominal] == [0.01]  # without a measured position, unset has no place on the axis

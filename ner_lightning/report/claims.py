@@ -264,11 +264,12 @@ def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
 
 
 def figure(spec: dict, settings: dict, root: Path, out: Path) -> list[Path]:
-    """A learning curve of the claims file's ``figures`` list: runs (glob patterns), ``where``,
-    the method key, the x key, the metric and the paper's reported values as references."""
+    """A curve of the claims file's ``figures`` list: runs (glob patterns), ``where``, the method
+    key, the x key (optionally placed at the mean of ``x_at``, labelled ``x_label``), the metric and
+    the paper's reported values as references. The x axis is logarithmic."""
     from ner_lightning.report.plots import metric_vs
 
     runs = _runs(spec, root)
     return metric_vs(runs, spec["key"], spec["x"], [spec["metric"]], Path(out), spec["name"], settings["resamples"],
                      settings["seed"], True, settings["names"], spec.get("references"),
-                     spec.get("reference_label", "paper"))
+                     spec.get("reference_label", "paper"), spec.get("x_at"), spec.get("x_label"))

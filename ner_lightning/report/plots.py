@@ -49,25 +49,34 @@ def _label(metric: str) -> str:
     return metric.replace("test.", "test ").replace("dev.", "dev ").replace(".", " ")
 
 
+def _points(rs, x_key, x_at, metric, resamples, seed) -> list[tuple[float, object]]:
+    """(x, bootstrap estimate of ``metric``) per value of ``x_key``. With ``x_at``, every value of
+    ``x_key`` (unset included) is placed at the mean of ``x_at`` over its runs, e.g. the measured
+    entity-token share of the nominal shares 1 %, 2 % … and of the original distribution."""
+    pts = []
+    for (x,), cell in group([r for r in rs if x_at or lookup(r, x_key) is not None], [x_key]).items():
+        e = bootstrap_mean(values(cell, metric), resamples, seed)
+        if e.n:
+            pts.append((statistics.fmean(values(cell, x_at)) if x_at else float(x), e))
+    return sorted(pts, key=lambda p: p[0])
+
+
 def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_x, names: dict | None = None,
-              references: dict | None = None, reference_label: str = "paper") -> list[Path]:
-    """One line + 95 % band per (method, metric) against ``x_key``; method names from ``names``;
-    a paper's reported values (``references``: method -> {x: value}) as hollow markers in the
-    method's colour."""
+              references: dict | None = None, reference_label: str = "paper", x_at: str | None = None,
+              x_label: str | None = None) -> list[Path]:
+    """One line + 95 % band per (method, metric) against ``x_key`` (placed at the mean of ``x_at``
+    when given, see :func:`_points`); method names from ``names``; a paper's reported values
+    (``references``: method -> {x: value}) as hollow markers in the method's colour."""
     names, references = names or {}, references or {}
     fig, ax = plt.subplots(figsize=(6, 4))
     ticks: set[float] = set()
     for metric, style in zip(metrics, ("-", "--", ":")):
         for method, rs in group(runs, [method_key]).items():
-            pts = []
-            for (x,), cell in group([r for r in rs if lookup(r, x_key) is not None], [x_key]).items():
-                e = bootstrap_mean(values(cell, metric), resamples, seed)
-                if e.n:
-                    pts.append((float(x), e))
+            pts = _points(rs, x_key, x_at, metric, resamples, seed)
             if not pts:
                 continue
             xs = [p[0] for p in pts]
-            ticks.update(xs)
+            ticks.update(float(f"{x:.3g}") for x in xs)  # measured positions differ in the 4th digit
             shown_name = names.get(method[0], method[0])
             line, = ax.plot(xs, [p[1].mean for p in pts], style, marker="o", label=f"{shown_name} ({_label(metric)})"
                             if len(metrics) > 1 else shown_name)
@@ -85,9 +94,9 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
         ax.set_xscale("log")
         ax.set_xticks(sorted(ticks), [f"{t:g}" for t in sorted(ticks)])
         ax.minorticks_off()
-    ax.set_xlabel(x_key)
+    ax.set_xlabel(x_label or x_key)
     ax.set_ylabel(_label(metrics[-1]) if len(metrics) == 1 else "F1")
-    ax.set_title(f"{', '.join(map(_label, metrics))} vs {x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9)
+    ax.set_title(f"{', '.join(map(_label, metrics))} vs {x_label or x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if references else {}))
     return _save(fig, out, name)

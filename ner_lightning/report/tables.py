@@ -204,7 +204,7 @@ def corpus_average_table(runs: list[dict], by: list[str], metric: str, over: str
     corpus."""
     rest = [k for k in by if k != over]
     corpora = sorted({str(lookup(r, over)) for r in runs})
-    head = rest + [f"macro avg of {metric}", f"micro avg (pooled counts)", "n", "partitions left out"]
+    head = rest + [f"macro avg of {metric}", "micro avg (pooled counts)", "n", "partitions left out"]
     out = [f"Averages over {over} = {', '.join(corpora)}:\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     micro = metric.endswith(".micro.f1")
     for key, rs in group(runs, rest).items():
