@@ -71,22 +71,25 @@ def test_cpu_slots_share_the_cores():
 
 def test_parallel_launcher_pins_trainer_devices(tmp_path, monkeypatch, toy_cfg):
     cfg = toy_cfg()
+    cfg.trainer.accelerator = "auto"
     launcher = OmegaConf.create({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
                                  "n_jobs": 3})
     monkeypatch.setattr(devices, "gpu_count", lambda: 3)
     monkeypatch.setattr(devices, "_claimed", {})
     got = devices.assign(cfg, launcher, str(tmp_path / "sweep"))
     assert got["accelerator"] == "gpu" and got["index"] == 0 and got["slot"] == 0
-    assert cfg.trainer.accelerator == "gpu" and list(cfg.trainer.devices) == [0]
+    # the accelerator stays as composed (it is part of the cell's identity); auto takes the pinned GPU
+    assert cfg.trainer.accelerator == "auto" and list(cfg.trainer.devices) == [0]
 
     threads = torch.get_num_threads()
     try:
         monkeypatch.setattr(devices, "gpu_count", lambda: 0)
         monkeypatch.setattr(devices, "_claimed", {})
         cfg = toy_cfg()
+        cfg.trainer.accelerator = "auto"
         got = devices.assign(cfg, launcher, str(tmp_path / "sweep2"))
         assert got["accelerator"] == "cpu" and got["threads"] == max(1, (os.cpu_count() or 1) // 3)
-        assert torch.get_num_threads() == got["threads"] and cfg.trainer.accelerator == "cpu"
+        assert torch.get_num_threads() == got["threads"] and cfg.trainer.accelerator == "auto"
     finally:
         torch.set_num_threads(threads)
     # any other launcher: the config decides, nothing is pinned

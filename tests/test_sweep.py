@@ -248,13 +248,21 @@ def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):
 
 
 def test_parallel_launcher_runs_cells_at_once_with_one_slot_each(toy_data_dir, tmp_path):
-    """hydra/launcher=parallel, 2 jobs: distinct device slots, cores split, same scores as local."""
-    args = ["-m", "loss=ce,crf", *TOY]
+    """hydra/launcher=parallel, 2 jobs: distinct device slots, cores split, same scores as local;
+    each cell's identity is the manifest's, so a rerun (by either launcher) finds every cell done.
+    With the default trainer (accelerator auto, here the CPU) — the launcher pins, not rewrites."""
+    args = ["-m", "loss=ce,crf", *[a for a in TOY if a != "trainer=cpu"]]
     local = run_cli(args + [f"hydra.sweep.dir={tmp_path / 'local'}"], tmp_path, toy_data_dir)
-    par = run_cli(args + ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'par'}"],
-                  tmp_path, toy_data_dir)
+    parallel = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'par'}"]
+    par = run_cli(args + parallel, tmp_path, toy_data_dir)
     assert local.returncode == 0 and par.returncode == 0, par.stderr[-3000:]
     assert _scores(tmp_path / "local") == _scores(tmp_path / "par")
+    manifest = json.loads((tmp_path / "par" / "manifest.json").read_text())
+    for c in manifest["cells"]:
+        assert json.loads((tmp_path / "par" / c["dir"] / "results.json").read_text())["config_sha256"] == c["config_sha256"]
+    for again in (args + parallel, args + [f"hydra.sweep.dir={tmp_path / 'par'}"]):
+        rerun = run_cli(again, tmp_path, toy_data_dir)
+        assert rerun.returncode == 0 and "2 cells — 2 done, 0 to run" in rerun.stderr + rerun.stdout, rerun.stderr[-2000:]
     devs = [json.loads(p.read_text())["device"] for p in sorted((tmp_path / "par").rglob("results.json"))]
     assert sorted(d["slot"] for d in devs) == [0, 1] and len({d["pid"] for d in devs}) == 2
     assert all(d["accelerator"] == "cpu" and d["threads"] == max(1, (os.cpu_count() or 1) // 2) for d in devs)

@@ -11,9 +11,11 @@ warning); on CPU each job gets ``cores // n_jobs`` torch threads.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger("ner_lightning")
@@ -70,30 +72,56 @@ def default_parallel_jobs() -> int:
 
 
 def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
-    """Pin this job to its worker's device when launched by the ``parallel`` launcher (sets
-    ``trainer.accelerator`` / ``trainer.devices`` or the torch thread count) and return what was
-    used — recorded in ``results.json`` as ``device``. Other launchers: the config decides."""
+    """Pin this job to its worker's device when launched by the ``parallel`` launcher (its GPU
+    as ``trainer.devices``, or on a CPU its share of the cores as the torch thread count) and
+    return what was used — recorded in ``results.json`` as ``device``. ``trainer.accelerator``
+    stays as composed: it is part of the cell's identity, which the sweeper's manifest computed
+    before launching (``auto`` picks the pinned GPU, or the CPU where there is none). Other
+    launchers: the config decides."""
     import torch
     from omegaconf import open_dict
 
-    target = str(launcher_cfg.get("_target_", "")) if launcher_cfg is not None else ""
-    if not target.endswith("JoblibLauncher"):
+    n_jobs = _n_jobs(launcher_cfg)
+    if n_jobs is None:
         if os.environ.get("SLURM_CPUS_PER_TASK"):  # a SLURM task: torch threads = the CPUs it was given
             torch.set_num_threads(int(os.environ["SLURM_CPUS_PER_TASK"]))
         return describe(cfg)
-    n_jobs = int(launcher_cfg.n_jobs)
-    if n_jobs < 1:
-        n_jobs = os.cpu_count() or 1
     slot = claim_slot(Path(sweep_dir) / ".slots", n_jobs)
     device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1)
-    with open_dict(cfg):
-        if device["accelerator"] == "gpu":
-            cfg.trainer.accelerator = "gpu"
+    if device["accelerator"] == "gpu":
+        with open_dict(cfg):
             cfg.trainer.devices = [device["index"]]
-        else:
-            cfg.trainer.accelerator = "cpu"
-            torch.set_num_threads(device["threads"])
+    else:
+        torch.set_num_threads(device["threads"])
     return {**describe(cfg), **{k: v for k, v in device.items() if v is not None}}
+
+
+def _n_jobs(launcher_cfg) -> int | None:
+    """``hydra.launcher.n_jobs`` of the ``parallel`` launcher; None for any other launcher."""
+    target = str(launcher_cfg.get("_target_", "")) if launcher_cfg is not None else ""
+    if not target.endswith("JoblibLauncher"):
+        return None
+    n_jobs = int(launcher_cfg.n_jobs)
+    return n_jobs if n_jobs >= 1 else (os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def as_a_job(launcher_cfg) -> Iterator[None]:
+    """Within: torch's thread count as a job of this launcher will have it, so that what a cell
+    resolves by measuring (``${best_precision:}``, cached per thread count) is what its job will
+    resolve — the sweeper composes every cell's identity this way before launching it."""
+    import torch
+
+    n_jobs = _n_jobs(launcher_cfg)
+    if n_jobs is None or gpu_count() > 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(device_for_slot(0, 0, n_jobs, os.cpu_count() or 1)["threads"])
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def describe(cfg) -> dict:
