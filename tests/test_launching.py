@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
@@ -334,3 +334,30 @@ def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg):
     assert cfg.logger.wandb.id == first  # the resumed attempt: the same run
     cells.begin(cfg, out, [], "sha-B", {})
     assert cfg.logger.wandb.id != first  # another cell in the same folder: another run
+
+
+def test_reidentify_restores_the_composed_accelerator_only_when_it_gives_the_manifests_identity(tmp_path):
+    """Results recorded with the device the parallel launcher pinned (trainer.accelerator=cpu)
+    get the composed ``auto`` back when — and only when — that is exactly the manifest's identity."""
+    from ner_lightning.results import write_json_atomic
+    from ner_lightning.sweep.__main__ import main, sweep_status
+    from ner_lightning.sweep.identity import identity_of
+
+    composed = {"trainer": {"accelerator": "auto", "max_epochs": 2}, "loss": {"name": "ce"}}
+    pinned = {**composed, "trainer": {**composed["trainer"], "accelerator": "cpu"}}
+    other = {**pinned, "loss": {"name": "crf"}}  # really another cell
+    sweep = tmp_path / "s"
+    cells_ = [{"cell": k, "overrides": [f"x={k}"], "dir": f"{k}_x", "config_sha256": identity_of(composed)["sha256"]}
+              for k in range(3)]
+    write_json_atomic(sweep / "manifest.json", {"cells": cells_, "invocations": []})
+    for c, (config, device) in zip(cells_, [(pinned, {"slot": 0}), (other, {"slot": 1}), (pinned, {})]):
+        write_json_atomic(sweep / c["dir"] / "results.json", {
+            "status": "ok", "config": config, "device": {"accelerator": "cpu", **device},
+            "config_sha256": identity_of(config)["sha256"], "test": {"micro": {"f1": 0.5}}})
+    assert [r["state"] for r in sweep_status(sweep)["rows"]] == ["missing"] * 3
+    assert main(["reidentify", str(sweep)]) == 0
+    fixed = json.loads((sweep / "0_x" / "results.json").read_text())
+    assert fixed["config"]["trainer"]["accelerator"] == "auto" and fixed["config_sha256"] == cells_[0]["config_sha256"]
+    assert fixed["reidentified"]["trainer.accelerator"] == "cpu" and fixed["test"] == {"micro": {"f1": 0.5}}
+    # another cell's results, and results not run by the parallel launcher, are left alone
+    assert [r["state"] for r in sweep_status(sweep)["rows"]] == ["done", "missing", "missing"]

@@ -9,6 +9,10 @@ and an ETA (remaining cells × mean cell time / cells running now). ``--cells`` 
 (and a tuning trial's ``tune.json``) — no checkpoints, logs or partial cells — into a folder
 that the report reads and that a sweep resumes from: copy it back to a sweep folder and rerun
 the sweep's command, and the exported cells are skipped (same config hash).
+
+``reidentify`` repairs the results of cells that the parallel launcher ran while it wrote the
+device it pinned into ``trainer.accelerator`` (their identity then differed from the manifest's
+and a rerun would have trained them again): see ``identity.accelerator_restored``.
 """
 from __future__ import annotations
 
@@ -20,7 +24,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
+from ner_lightning.sweep.identity import accelerator_restored
 
 STATES = ("done", "failed", "interrupted", "running", "missing")
 
@@ -70,6 +76,27 @@ def export(sweep_dir: Path, dest: Path) -> tuple[int, int]:
     return len(done), len(status["rows"])
 
 
+def reidentify(sweep_dir: Path) -> tuple[int, int]:
+    """Restore the composed ``trainer.accelerator`` in results whose identity then equals their
+    manifest cell's; returns (results repaired, results of another identity left as they are)."""
+    manifest = cells.read_manifest(sweep_dir)
+    if manifest is None:
+        raise SystemExit(f"{sweep_dir}: no {cells.MANIFEST} — not a sweep folder")
+    repaired = other = 0
+    for c in manifest["cells"]:
+        path = sweep_dir / c["dir"] / cells.RESULTS
+        res = cells.read_json(path)
+        if res is None or res.get("config_sha256") == c["config_sha256"]:
+            continue
+        fixed = accelerator_restored(res, c["config_sha256"])
+        if fixed is None:
+            other += 1
+            continue
+        write_json_atomic(path, fixed)
+        repaired += 1
+    return repaired, other
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ner_lightning.sweep", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,7 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     ex = sub.add_parser("export", help="copy the manifest and finished cells' results.json (no checkpoints) to a folder")
     ex.add_argument("sweep_dir", type=Path)
     ex.add_argument("dest", type=Path)
+    re = sub.add_parser("reidentify", help="repair results recorded with the device the parallel launcher pinned")
+    re.add_argument("sweep_dir", type=Path)
     args = parser.parse_args(argv)
+
+    if args.command == "reidentify":
+        repaired, other = reidentify(args.sweep_dir)
+        print(f"{args.sweep_dir}: {repaired} results repaired (trainer.accelerator as composed); "
+              f"{other} results of another identity left as they are (a rerun trains those cells again)")
+        return 0
 
     if args.command == "export":
         n, total = export(args.sweep_dir, args.dest)

@@ -13,6 +13,7 @@ recorded in results.json (:func:`code_version`), not hashed: a fix must not reru
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import subprocess
@@ -103,6 +104,26 @@ def identity_of(resolved: dict) -> dict:
     settings_sha = hashlib.sha256(json.dumps(settings(resolved), sort_keys=True, default=str).encode()).hexdigest()
     sha = hashlib.sha256(json.dumps({"settings": settings_sha, "inputs": found}, sort_keys=True).encode()).hexdigest()
     return {"sha256": sha, "settings_sha256": settings_sha, "inputs": found}
+
+
+def accelerator_restored(results: dict, sha: str) -> dict | None:
+    """``results`` of a cell that the parallel launcher ran while it still wrote the device it
+    pinned (``cpu`` / ``gpu``) into ``trainer.accelerator`` — which made the recorded identity
+    differ from the one its manifest composed (``auto``), so a rerun would train it again — with
+    ``auto`` restored and the identity recomputed, when that gives exactly the manifest's
+    ``sha``; the change is recorded under ``reidentified``. Anything else: None."""
+    config = results.get("config") or {}
+    pinned = (config.get("trainer") or {}).get("accelerator")
+    if "slot" not in (results.get("device") or {}) or pinned not in ("cpu", "gpu"):
+        return None
+    composed = copy.deepcopy(config)
+    composed["trainer"]["accelerator"] = "auto"
+    ident = identity_of(composed)
+    if ident["sha256"] != sha:
+        return None
+    return {**results, "config": composed, "config_sha256": sha, "identity": ident,
+            "reidentified": {"trainer.accelerator": pinned, "recorded_config_sha256": results.get("config_sha256"),
+                             "why": "written by the parallel launcher, not composed; the device used is `device`"}}
 
 
 def why_different(old: dict | None, new: dict, new_config: dict) -> str:
