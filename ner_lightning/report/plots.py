@@ -92,7 +92,8 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
         ax.plot([], [], ls=":", marker="o", mfc="none", color="gray", label=f"{reference_label} (hollow)")
     if log_x:
         ax.set_xscale("log")
-        shown_ticks = [t for i, t in enumerate(sorted(ticks)) if i == 0 or t > 1.05 * sorted(ticks)[i - 1]]
+        ordered = sorted(ticks)
+        shown_ticks = [t for i, t in enumerate(ordered) if i == 0 or t > 1.05 * ordered[i - 1]]
         ax.set_xticks(shown_ticks, [f"{t:g}" for t in shown_ticks])  # one label where rows sit a hair apart
         ax.minorticks_off()
     ax.set_xlabel(x_label or x_key)
