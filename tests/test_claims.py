@@ -139,3 +139,43 @@ def test_a_curve_can_place_each_setting_at_its_measured_mean(tmp_path):
     assert [e.mean for _, e in placed] == pytest.approx([0.55, 0.55])
     nominal = _points(runs, "data.imbalance.entity_share", None, "test.micro.f1", 100, 0)
     assert [x for x, _ in nominal] == [0.01]  # without a measured position, unset has no place on the axis
+
+
+def test_single_aux_is_chosen_on_dev_and_a_macro_average_pairs_partitions(tmp_path):
+    """SingleAux per corpus and partition = the auxiliary with the best dev score (never test);
+    Δ per partition = mean over corpora of (stack − SingleAux), by hand."""
+    runs = tmp_path / "runs"
+    dev = {"x": [0.6, 0.4, 0.6, 0.4], "y": [0.5, 0.5, 0.5, 0.5]}  # dev picks x, y, x, y
+    test = {"x": [0.50, 0.52, 0.54, 0.56], "y": [0.70, 0.40, 0.70, 0.40]}  # test would pick y, x, y, x
+    stack = {"ncbi": [0.60, 0.45, 0.58, 0.50], "linnaeus": [0.30, 0.50, 0.66, 0.38]}
+
+    def write(name, corpus, scheme, aux, p, f1, dev_f1):
+        d = runs / name
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps({
+            "grid": {"dataset": corpus, "multitask": scheme},
+            "config": {"size": 200, "partition": p, "seed": 42, "aux": aux, "dataset": {"name": corpus}},
+            "partition": {"sha256": f"{corpus}{p}", "partition": p}, "compute": {"init_seed": 42},
+            "dev_monitor": dev_f1, "test": {"micro": {"f1": f1}}, "wall_time_s": 1.0}))
+
+    for corpus in stack:
+        for p in range(4):
+            for a in dev:
+                write(f"{corpus}-aux-{a}{p}", corpus, "singleaux", [a], p, test[a][p], dev[a][p])
+            write(f"{corpus}-stack{p}", corpus, "munch_stack", ["x", "y"], p, stack[corpus][p], 0.9)
+    claim = {"id": 20, "paper": "P", "source": "Table 2", "statement": "Stack > SingleAux", "runs": ["runs"],
+             "key": "multitask", "method": "munch_stack", "baseline": "singleaux", "metric": "test.micro.f1",
+             "relation": ">", "select_on_dev": "aux", "average_over": "dataset"}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [claim, {**claim, "id": 21, "where": {"dataset": "ncbi"}}]}))
+    chosen = np.array([test["x"][0], test["y"][1], test["x"][2], test["y"][3]])
+    per_corpus = {c: np.array(v) - chosen for c, v in stack.items()}
+    (both, ncbi) = judge_all(path)[1]
+    expected = (per_corpus["ncbi"] + per_corpus["linnaeus"]) / 2
+    assert both.n == 4 and both.mean == pytest.approx(float(expected.mean()))
+    assert both.p == pytest.approx(stats.ttest_1samp(expected, 0.0, alternative="greater").pvalue)
+    assert ncbi.mean == pytest.approx(float(per_corpus["ncbi"].mean()))
+    del claim["select_on_dev"]
+    path.write_text(yaml.safe_dump({"claims": [claim]}))
+    with pytest.raises(SystemExit, match="aux"):
+        judge_all(path)

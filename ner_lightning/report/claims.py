@@ -10,7 +10,11 @@ whose two values it compares (``key``: ``method`` against ``baseline``), a metri
 * ``≈``  — equivalent within ±``margin``: TOST, H0 |Δ| ≥ margin (p = the larger one-sided p).
 
 With ``interaction: {key, with, without}`` Δ is a difference of differences (does ``key`` change
-method − baseline?), e.g. AUC-2T − CE with sCRD resampling minus without it.
+method − baseline?), e.g. AUC-2T − CE with sCRD resampling minus without it. With
+``average_over: KEY`` Δ per partition is the mean of the per-``KEY`` differences on the partitions
+every value shares (a macro average, e.g. over main corpora as in MUNCHABLES' Table 2). With
+``select_on_dev: KEY`` runs that differ only in ``KEY`` are first reduced, per partition, to the one
+with the best dev score (SingleAux's auxiliary corpus, MUNCHABLES §4.1; test is never read).
 
 Δ is method − baseline per partition, paired on the same training sentences and initialisation.
 The p-values of every claim in the file are Holm-adjusted together (one claim family). Verdict:
@@ -39,7 +43,7 @@ import yaml
 from scipy import stats
 
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
-from ner_lightning.report.runs import group, labels, load_runs
+from ner_lightning.report.runs import group, labels, load_runs, select_on_dev
 from ner_lightning.report.stats import bootstrap_mean, holm
 from ner_lightning.report.tables import paired_by_partition
 
@@ -132,20 +136,36 @@ def _deltas(claim: dict, runs: list[dict], pool: list[str]) -> tuple[dict, list[
     return {k: a - b for k, (a, b) in pairs.items()}, pair
 
 
+def _deltas_per(claim: dict, runs: list[dict], pool: list[str], key: str,
+                values: tuple = ()) -> dict[str, tuple[dict, list[dict]]]:
+    """:func:`_deltas` for each value of ``key`` separately (those in ``values``, or every one)."""
+    split = labels(runs, key)
+    return {v: _deltas(claim, [r for r, s in zip(runs, split) if s == v], pool + [key])
+            for v in (tuple(map(str, values)) or sorted(set(split)))}
+
+
 def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> Judged:
     """Δ of one claim from its runs (glob patterns relative to the claims file's folder). With
     ``interaction: {key, with, without}``, Δ is a difference of differences per partition:
-    (method − baseline at key=with) − (method − baseline at key=without)."""
+    (method − baseline at key=with) − (method − baseline at key=without); with ``average_over``,
+    the mean over that key's values of method − baseline per partition."""
     runs = _runs(claim, root)
     pool = list(claim.get("pool") or [])
-    inter = claim.get("interaction")
+    inter, average = claim.get("interaction"), claim.get("average_over")
+    if claim.get("select_on_dev"):
+        splits = [k for k in ((inter or {}).get("key"), average) if k]
+        runs, _ = select_on_dev(runs, claim["select_on_dev"], [claim["key"], *splits])
+        pool.append(claim["select_on_dev"])
     if inter:
-        split = labels(runs, inter["key"])
-        pool.append(inter["key"])
-        (d_with, used), (d_without, more) = (
-            _deltas(claim, [r for r, v in zip(runs, split) if v == str(inter[side])], pool) for side in ("with", "without"))
+        per = _deltas_per(claim, runs, pool, inter["key"], (inter["with"], inter["without"]))
+        (d_with, used), (d_without, more) = (per[str(inter[side])] for side in ("with", "without"))
         deltas = {k: d_with[k] - d_without[k] for k in sorted(set(d_with) & set(d_without))}
         used = used + more
+    elif average:
+        per = _deltas_per(claim, runs, pool, average)
+        shared = sorted(set.intersection(*(set(d) for d, _ in per.values())))
+        deltas = {k: float(np.mean([d[k] for d, _ in per.values()])) for k in shared}
+        used = [r for _, rs in per.values() for r in rs]
     else:
         deltas, used = _deltas(claim, runs, pool)
     if len(deltas) < 2:
