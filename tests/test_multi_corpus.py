@@ -16,7 +16,6 @@ from ner_lightning.data.multi_corpus import singleaux_dev_scores
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule, extract
 from ner_lightning.protocols import build_datamodule, build_module
 from tests.helpers import train
-from tests.conftest import write_tsv
 
 B = 4
 BAD_CONFIG = (ValueError, InstantiationException)  # the data module's ValueError, as instantiate wraps it
