@@ -29,10 +29,12 @@ FIXED = {"size", "partition", "seed", "init_seed", "loss", "model", "dataset", "
 
 
 def _save(fig, out: Path, name: str) -> list[Path]:
+    """PNG and SVG, byte for byte the same for the same runs (no date, fixed SVG ids)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.svg"]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
+    with plt.rc_context({"svg.hashsalt": name}):
+        fig.savefig(paths[0], dpi=150, bbox_inches="tight", metadata={"Software": None})
+        fig.savefig(paths[1], bbox_inches="tight", metadata={"Date": None, "Creator": None})
     plt.close(fig)
     return paths
 
