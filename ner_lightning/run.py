@@ -9,6 +9,7 @@ when the sweep ends.
 """
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import time
@@ -98,8 +99,10 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    """The ``ner-lightning`` command (``python -m ner_lightning.run``)."""
+    """The ``ner-lightning`` command (``python -m ner_lightning.run``). A hard crash (abort,
+    segfault) prints every thread's Python stack to stderr first, so the cell's log says where."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    faulthandler.enable()
     main()
 
 

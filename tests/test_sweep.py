@@ -331,13 +331,13 @@ def test_sigterm_exits_143_with_failure_json_from_a_run_and_from_a_sweep(toy_dat
     run = _popen([f"hydra.run.dir={tmp_path / 'r'}", *long], tmp_path, toy_data_dir)
     assert _wait_for(tmp_path / "r", "csv/metrics.csv") is not None
     run.send_signal(signal.SIGTERM)
-    assert run.wait(120) == 143
+    assert run.wait(120) == 143, run.stdout.read()[-4000:]
     failure = json.loads((tmp_path / "r" / "failure.json").read_text())
     assert failure["status"] == "interrupted" and not (tmp_path / "r" / "results.json").exists()
     sweep = _popen(["-m", "loss=ce,crf", f"hydra.sweep.dir={tmp_path / 's'}", *long], tmp_path, toy_data_dir)
     assert _wait_for(tmp_path / "s", "0_*/csv/metrics.csv") is not None
     sweep.send_signal(signal.SIGTERM)
-    assert sweep.wait(120) == 143
+    assert sweep.wait(120) == 143, sweep.stdout.read()[-4000:]
     assert json.loads(next((tmp_path / "s").glob("0_*/failure.json")).read_text())["status"] == "interrupted"
     assert not list((tmp_path / "s").glob("1_*/cell.json"))  # the sweep stopped: the next cell never started
 
