@@ -175,6 +175,9 @@ def test_single_aux_is_chosen_on_dev_and_a_macro_average_pairs_partitions(tmp_pa
     assert both.n == 4 and both.mean == pytest.approx(float(expected.mean()))
     assert both.p == pytest.approx(stats.ttest_1samp(expected, 0.0, alternative="greater").pvalue)
     assert ncbi.mean == pytest.approx(float(per_corpus["ncbi"].mean()))
+    (runs / "ncbi-aux-y3" / "results.json").unlink()  # a stopped sweep: partition 3 offers x only
+    with pytest.raises(SystemExit, match="offers different aux values on different partitions"):
+        judge_all(path)
     del claim["select_on_dev"]
     path.write_text(yaml.safe_dump({"claims": [claim]}))
     with pytest.raises(SystemExit, match="aux"):

@@ -134,7 +134,8 @@ def select_on_dev(runs: list[dict], key: str, by: list[str]) -> tuple[list[dict]
     """Among runs that differ only in ``key`` (same ``by`` row without ``key``, same partition
     and initialisation), keep the one with the best dev ``monitor`` value — e.g. SingleAux's
     auxiliary corpus chosen on main dev (MUNCHABLES §4.1), never on test. Runs without ``key``
-    stay. Returns the kept runs and one line per choice."""
+    stay. Every partition of a row must offer the same ``key`` values (a choice among fewer, e.g.
+    from a stopped sweep, is refused). Returns the kept runs and one line per choice."""
     groups: dict[tuple, list[dict]] = {}
     kept, notes = [], []
     for r in runs:
@@ -143,6 +144,14 @@ def select_on_dev(runs: list[dict], key: str, by: list[str]) -> tuple[list[dict]
             continue
         ident = tuple(str(lookup(r, k)) for k in by if k != key) + (partition_label(r), str(pair_id(r)[1]))
         groups.setdefault(ident, []).append(r)
+    offered: dict[tuple, dict[frozenset, list[str]]] = {}
+    for ident, rs in groups.items():
+        offered.setdefault(ident[:-2], {}).setdefault(frozenset(str(lookup(r, key)) for r in rs), []).append(ident[-2])
+    for row, choices in offered.items():
+        if len(choices) > 1:
+            shown = "; ".join(f"partition{'s' * (len(ps) > 1)} {', '.join(ps)}: {len(c)} values" for c, ps in choices.items())
+            raise SystemExit(f"--select-on-dev {key}: row {' '.join(row) or '(all)'} offers different {key} values on "
+                             f"different partitions ({shown}) — finish the sweep or leave the short partitions out")
     for ident, rs in groups.items():
         best = max(rs, key=lambda r: (r.get("dev_monitor") is not None, r.get("dev_monitor") or 0.0))
         kept.append(best)
