@@ -158,16 +158,16 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> J
         pool.append(claim["select_on_dev"])
     if inter:
         per = _deltas_per(claim, runs, pool, inter["key"], (inter["with"], inter["without"]))
-        (d_with, used), (d_without, more) = (per[str(inter[side])] for side in ("with", "without"))
+        d_with, d_without = (per[str(inter[side])][0] for side in ("with", "without"))
         deltas = {k: d_with[k] - d_without[k] for k in sorted(set(d_with) & set(d_without))}
-        used = used + more
     elif average:
         per = _deltas_per(claim, runs, pool, average)
         shared = sorted(set.intersection(*(set(d) for d, _ in per.values())))
         deltas = {k: float(np.mean([d[k] for d, _ in per.values()])) for k in shared}
-        used = [r for _, rs in per.values() for r in rs]
     else:
-        deltas, used = _deltas(claim, runs, pool)
+        per = {"": _deltas(claim, runs, pool)}
+        deltas = per[""][0]
+    used = [r for _, rs in per.values() for r in rs]
     if len(deltas) < 2:
         raise SystemExit(f"claim {claim['id']}: {len(deltas)} paired partitions; a verdict needs at least 2")
     d = np.asarray(list(deltas.values()), dtype=float)
