@@ -4,7 +4,8 @@
    same sentences in ideal batches (sorted by length: least padding), no Lightning, no data
    loading. Eval = forward passes over the test split; train = forward + backward + AdamW step
    (+ a linear head and CE) over the training partition. fp32 and bf16 autocast are both
-   measured; "best" is the faster (bf16 pays only with native bf16: AVX-512 BF16 / AMX / GPU).
+   measured (fp16 too on a GPU); "best" is the fastest (bf16 pays only with native bf16:
+   AVX-512 BF16 / AMX / GPU).
    Measured before and after the three runs; each figure is the faster of the two, so a slow
    moment of a shared VM during one of them does not flatter the ratios.
 2. **plain**: the loop a researcher writes around transformers' examples (run_ner.py style:
@@ -22,7 +23,10 @@ batch size everywhere. Throughput = real (non-padding) sub-word tokens / wall se
 phase: train = all epochs incl. data loading and optimiser, eval = the test pass incl.
 decoding (and, for the framework, span scoring). Ratios printed at the end.
 
-    python benchmarks/bench_ce.py --size 100 --epochs 10 [--out bench.json]
+Everything runs on the framework's device: the CPU, or with ``trainer=gpu`` the first GPU
+(GPU work is waited for before each clock reading).
+
+    python benchmarks/bench_ce.py --size 100 --epochs 10 [--out bench.json] [trainer=gpu]
 """
 from __future__ import annotations
 
@@ -40,19 +44,46 @@ from omegaconf import OmegaConf
 
 from ner_lightning.config import compose_config
 from ner_lightning.data.alignment import collate_features
-from ner_lightning.hardware import reserve_heap
+from ner_lightning.hardware import reserve_heap, uses_gpu
 from ner_lightning.precision import calibration
 from ner_lightning.protocols import train
 from timing import best_rate  # noqa: E402  (benchmarks/timing.py)
 
 
-def _autocast(precision: str):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_FROM_LIGHTNING = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 
 
-def _sorted_batches(features, batch_size: int, pad_id: int) -> list[dict]:
+def _device(cfg) -> torch.device:
+    """The device the framework's cell runs on (``trainer=gpu``: the first GPU); every run here uses it."""
+    return torch.device("cuda" if uses_gpu(str(cfg.trainer.accelerator)) else "cpu")
+
+
+def _precisions(device: torch.device) -> tuple[str, ...]:
+    """The precisions whose limits are measured: fp32 and bf16 on a CPU; fp16 too on a GPU."""
+    if device.type == "cpu":
+        return ("fp32", "bf16")
+    return ("fp32", "bf16", "fp16") if torch.cuda.is_bf16_supported() else ("fp32", "fp16")
+
+
+def _autocast(precision: str, device: torch.device):
+    return torch.autocast(device.type, dtype=_DTYPES[precision], enabled=precision != "fp32")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _sorted_batches(features, batch_size: int, pad_id: int, device: torch.device) -> list[tuple[dict, int]]:
+    """Length-sorted batches on ``device``, each with its real sub-word count (counted on the host)."""
     feats = sorted(features, key=lambda f: len(f.input_ids))
-    return [collate_features(feats[i : i + batch_size], pad_id) for i in range(0, len(feats), batch_size)]
+    batches = [collate_features(feats[i : i + batch_size], pad_id) for i in range(0, len(feats), batch_size)]
+    return [(_to(b, device), int(b["attention_mask"].sum())) for b in batches]
 
 
 def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
@@ -64,10 +95,9 @@ def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=lr)
 
 
-def train_step(encoder, head, opt, precision: str, b: dict) -> int:
-    """One CE training step of the bare encoder + a linear head (fused AdamW, clipping 1.0);
-    returns the batch's real sub-words."""
-    with _autocast(precision):
+def train_step(encoder, head, opt, precision: str, b: dict) -> None:
+    """One CE training step of the bare encoder + a linear head (fused AdamW, clipping 1.0)."""
+    with _autocast(precision, b["input_ids"].device):
         hidden = encoder(b["input_ids"], b["attention_mask"])
     logits = head(encoder.word_states(hidden.float(), b["word_starts"]))[b["word_mask"]]
     gold = b["labels"].gather(1, b["word_starts"])[b["word_mask"]]
@@ -75,14 +105,22 @@ def train_step(encoder, head, opt, precision: str, b: dict) -> int:
     torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
     opt.step()
     opt.zero_grad()
-    return int(b["attention_mask"].sum())
 
 
-def forward_pass(encoder, batches: list[dict]) -> int:
-    """The encoder over ``batches`` (no head); returns their real sub-words."""
-    for b in batches:
+def forward_pass(encoder, batches: list[tuple[dict, int]]) -> int:
+    """The encoder over ``batches`` (no head), waited for; returns their real sub-words."""
+    for b, _ in batches:
         encoder(b["input_ids"], b["attention_mask"])
-    return sum(int(b["attention_mask"].sum()) for b in batches)
+    _sync(b["input_ids"].device)
+    return sum(n for _, n in batches)
+
+
+def train_pass(encoder, head, opt, precision: str, batches: list[tuple[dict, int]]) -> int:
+    """One training pass over ``batches``, waited for; returns their real sub-words."""
+    for b, _ in batches:
+        train_step(encoder, head, opt, precision, b)
+    _sync(b["input_ids"].device)
+    return sum(n for _, n in batches)
 
 
 def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
@@ -94,37 +132,37 @@ def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
     Every figure is the fastest of ``passes`` passes, after one warm-up batch."""
     from ner_lightning.models.encoder import TransformerEncoder
 
-    encoder: TransformerEncoder = instantiate(cfg.model)
+    device = _device(cfg)
+    encoder: TransformerEncoder = instantiate(cfg.model).to(device)
     dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
     dm.setup("fit")
     pad = encoder.tokenizer.pad_token_id
-    test = _sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad)
-    total = sum(int(b["attention_mask"].sum()) for b in test)
+    test = _sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, device)
+    total = sum(n for _, n in test)
     stride = max(1, -(-total // max_eval_tokens))  # every k-th batch: the whole length range
     eval_batches = test[::stride]
-    train_batches = _sorted_batches(dm.features["train"], cfg.data.batch_size, pad)
-    out = {"eval": {}, "train": {}, "passes": passes,
-           "eval_sample_tokens": sum(int(b["attention_mask"].sum()) for b in eval_batches)}
+    train_batches = _sorted_batches(dm.features["train"], cfg.data.batch_size, pad, device)
+    out = {"eval": {}, "train": {}, "passes": passes, "device": str(device),
+           "eval_sample_tokens": sum(n for _, n in eval_batches)}
     state = {k: v.clone() for k, v in encoder.state_dict().items()}
 
-    for precision in ("fp32", "bf16"):
+    for precision in _precisions(device):
         encoder.load_state_dict(state)
         encoder.eval()
-        with torch.inference_mode(), _autocast(precision):
-            encoder(eval_batches[0]["input_ids"], eval_batches[0]["attention_mask"])  # warm-up
+        with torch.inference_mode(), _autocast(precision, device):
+            forward_pass(encoder, eval_batches[:1])  # warm-up
             out["eval"][precision] = best_rate(lambda: forward_pass(encoder, eval_batches), passes)
         encoder.train()
-        head = torch.nn.Linear(encoder.hidden_size, len(dm.label_set))
+        head = torch.nn.Linear(encoder.hidden_size, len(dm.label_set)).to(device)
         opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=cfg.optimizer.lr)
 
-        train_step(encoder, head, opt, precision, train_batches[0])  # warm-up
-        out["train"][precision] = best_rate(
-            lambda: sum(train_step(encoder, head, opt, precision, b) for b in train_batches), passes)
+        train_pass(encoder, head, opt, precision, train_batches[:1])  # warm-up
+        out["train"][precision] = best_rate(lambda: train_pass(encoder, head, opt, precision, train_batches), passes)
     best = max(out["eval"], key=out["eval"].get)
     encoder.load_state_dict(state)
     encoder.eval()
     out["eval_sample"] = dict(out["eval"])
-    with torch.inference_mode(), _autocast(best):
+    with torch.inference_mode(), _autocast(best, device):
         out["eval"][best] = best_rate(lambda: forward_pass(encoder, test), passes)
     return out
 
@@ -195,10 +233,14 @@ def _count(ds) -> int:
 
 
 def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
-    """The hand-written loop: what a researcher writes around transformers' examples."""
+    """The hand-written loop: what a researcher writes around transformers' examples (a
+    gradient scaler under fp16, as torch's AMP recipe has it)."""
     from transformers import DataCollatorForTokenClassification, get_linear_schedule_with_warmup
 
+    device = _device(cfg)
     tok, model, labels, train_ds, test_ds = _hf_setup(cfg)
+    model.to(device)
+    scaler = torch.amp.GradScaler(device.type, enabled=train_precision == "fp16")
     collator = DataCollatorForTokenClassification(tok)
     g = torch.Generator().manual_seed(cfg.seed)
     train_dl = torch.utils.data.DataLoader(train_ds, batch_size=cfg.data.batch_size, shuffle=True,
@@ -213,20 +255,24 @@ def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
     padded = 0
     for _ in range(epochs):
         for batch in train_dl:
-            with _autocast(train_precision):
-                loss = model(**batch).loss
-            loss.backward()
+            with _autocast(train_precision, device):
+                loss = model(**_to(batch, device)).loss
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clip_val)
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             sched.step()
             opt.zero_grad()
             padded += batch["attention_mask"].numel()
+    _sync(device)
     t1 = time.perf_counter()
     model.eval()
     gold, pred, eval_padded = [], [], 0
-    with torch.inference_mode(), _autocast(eval_precision):
+    with torch.inference_mode(), _autocast(eval_precision, device):
         for batch in test_dl:
-            best = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
+            inputs = _to({"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}, device)
+            best = model(**inputs).logits.argmax(-1)
             gold += batch["labels"].tolist()
             pred += best.tolist()
             eval_padded += batch["attention_mask"].numel()
@@ -238,8 +284,8 @@ def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
 
 
 def run_hf_trainer(cfg, train_precision: str, eval_precision: str, out_dir: Path) -> dict:
-    """Hugging Face ``Trainer`` with length-grouped training batches (``bf16_full_eval`` for a
-    bf16 evaluation after fp32 training)."""
+    """Hugging Face ``Trainer`` with length-grouped training batches (``bf16_full_eval`` /
+    ``fp16_full_eval`` for a half-precision evaluation after fp32 training)."""
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
     tok, model, labels, train_ds, test_ds = _hf_setup(cfg)
@@ -252,9 +298,10 @@ def run_hf_trainer(cfg, train_precision: str, eval_precision: str, out_dir: Path
         per_device_eval_batch_size=cfg.data.eval_batch_size, num_train_epochs=cfg.trainer.max_epochs,
         learning_rate=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay,
         max_grad_norm=cfg.trainer.gradient_clip_val, lr_scheduler_type="linear", bf16=train_precision == "bf16",
-        bf16_full_eval=eval_precision == "bf16" and train_precision != "bf16",
+        fp16=train_precision == "fp16", bf16_full_eval=eval_precision == "bf16" and train_precision == "fp32",
+        fp16_full_eval=eval_precision == "fp16" and train_precision == "fp32",
         save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True,
-        seed=cfg.seed, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), **grouping, **warmup)
+        seed=cfg.seed, dataloader_num_workers=0, use_cpu=_device(cfg).type == "cpu", **grouping, **warmup)
     trainer = Trainer(model=model, args=args, train_dataset=train_ds, data_collator=DataCollatorForTokenClassification(tok))
     t0 = time.perf_counter()
     trainer.train()
@@ -308,8 +355,8 @@ def main() -> None:
 
     first = limits(cfg, args.limit_tokens, args.limit_passes)
     _print_limits(first, "before the runs")
-    train_p = "bf16" if cfg.trainer.precision == "bf16-mixed" else "fp32"
-    eval_p = "bf16" if cfg.callbacks.eval_precision.precision == "bf16-mixed" else "fp32"
+    train_p = _FROM_LIGHTNING[cfg.trainer.precision]
+    eval_p = _FROM_LIGHTNING[cfg.callbacks.eval_precision.precision]
     rows = {}
     if "plain" not in args.skip:
         rows["plain"] = run_plain(cfg, train_p, eval_p)

@@ -196,3 +196,21 @@ def test_batch_budget_cell_records_the_selected_batch(toy_cfg):
 def test_batch_budget_refuses_a_trainer_that_would_override_it(toy_cfg, bad, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         train(toy_cfg(*BUDGET, *bad))
+
+
+def test_batch_limited_evaluation_scores_the_sentences_it_saw(toy_cfg):
+    """debug=fast on a real corpus: one dev batch of many; the scores cover that batch's sentences."""
+    cfg = toy_cfg("+trainer.fast_dev_run=true", "callbacks=none", "data.eval_batch_size=2")
+    results = train(cfg)
+    assert results["status"] == "ok"
+    assert results["test"]["micro"]["support"] > 0 and results["dev"]["micro"]["support"] > 0
+
+
+def test_sentences_seen_keeps_whole_sentences_only():
+    from ner_lightning.models.base import sentences_seen
+
+    gold = [["B-PER", "O"], ["O", "O", "B-LOC"], ["O"]]
+    chunks = [(1, 0, [0, 0]), (1, 2, [3]), (2, 0, [0]), (0, 0, [1])]  # sentence 0 lacks its second word
+    kept, renumbered = sentences_seen(gold, chunks)
+    assert kept == [gold[1], gold[2]]
+    assert renumbered == [(0, 0, [0, 0]), (0, 2, [3]), (1, 0, [0])]

@@ -35,6 +35,18 @@ SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # Lightning name -> encoder dtype
 
 
+def sentences_seen(gold: list[list[str]], chunks: list) -> tuple[list[list[str]], list]:
+    """The gold sentences whose every word was predicted by ``chunks`` (``(sentence, word
+    offset, label ids)``), and those chunks renumbered to them: what a batch-limited evaluation
+    can score."""
+    words: dict[int, int] = {}
+    for si, _, ids in chunks:
+        words[si] = words.get(si, 0) + len(ids)
+    seen = sorted(si for si, n in words.items() if n == len(gold[si]))
+    new_index = {si: i for i, si in enumerate(seen)}
+    return [gold[si] for si in seen], [(new_index[si], off, ids) for si, off, ids in chunks if si in new_index]
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingRecord:
     """What a fitted (and tested) family reports for ``results.json``."""
@@ -289,10 +301,12 @@ class NERModule(pl.LightningModule):
         self.predictions[stage] = {}
         for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
             name = dm.corpus_names[c]
-            gold = dm.gold_tags(split, name)
+            gold, chunks = dm.gold_tags(split, name), collected.get(c, [])
+            if self._batches_limited(stage):  # debug=fast, limit_val_batches: score the sentences evaluated
+                gold, chunks = sentences_seen(gold, chunks)
             lengths = [len(g) for g in gold]
-            pred = (self.predicted_tags(collected.get(0, []), lengths, stage) if c == 0 else
-                    self.predicted_tags(collected[c], lengths, f"{stage} {name}", self.id2label_of(name)))
+            pred = (self.predicted_tags(chunks, lengths, stage) if c == 0 else
+                    self.predicted_tags(chunks, lengths, f"{stage} {name}", self.id2label_of(name)))
             self.predictions[stage][name] = pred
             scores = span_scores(gold, pred)
             if c:
@@ -306,6 +320,12 @@ class NERModule(pl.LightningModule):
                                      "metrics": dict(flat), "scores": scores})
             self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
             self.log_dict(flat)
+
+    def _batches_limited(self, stage: str) -> bool:
+        """Whether Lightning evaluated only some batches of the stage (``fast_dev_run``,
+        ``limit_val_batches`` / ``limit_test_batches`` below 1.0)."""
+        limit = self.trainer.limit_val_batches if stage == "val" else self.trainer.limit_test_batches
+        return bool(self.trainer.fast_dev_run) or limit != 1.0
 
     def head_label_sets(self) -> dict[str, LabelSet]:
         """The label set of each head: the main corpus's (``HeadModule``: and each auxiliary's)."""
