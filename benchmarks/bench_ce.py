@@ -179,11 +179,15 @@ def _print_limits(lim: dict, when: str) -> None:
 def _faster(a: dict, b: dict) -> dict:
     """Each limit figure the faster of two measurements of it (before and after the runs): the
     VM's speed drifts within an invocation, and a limit measured in a slow moment would flatter
-    the ratios. ``eval`` holds the whole test split's figure for the precision each measurement
-    found faster (the sample's for the other), as :func:`limits` does."""
+    the ratios. ``eval`` holds whole-test-split figures where a measurement has one (for the
+    precision it found fastest on the sample; the sample's figure otherwise), as :func:`limits`
+    does: the fastest precision on the merged sample figures is always one with a whole-split
+    figure, so the eval limit is never a sample's."""
     out = dict(a)
-    for key in ("eval", "train", "eval_sample"):
+    for key in ("train", "eval_sample"):
         out[key] = {p: max(a[key][p], b[key][p]) for p in a[key]}
+    whole = {p: [m["eval"][p] for m in (a, b) if max(m["eval_sample"], key=m["eval_sample"].get) == p] for p in a["eval"]}
+    out["eval"] = {p: max(whole[p]) if whole[p] else out["eval_sample"][p] for p in a["eval"]}
     return out
 
 
