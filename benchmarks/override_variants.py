@@ -33,7 +33,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="variants_"))
     rows = []
-    print(f"| overrides | eval tok/s | train tok/s | fit s | test s | test F1 | eval vs first |\n|---|---:|---:|---:|---:|---:|---:|")
+    print("| overrides | eval tok/s | train tok/s | fit s | test s | test F1 | eval vs first |\n|---|---:|---:|---:|---:|---:|---:|")
     for i, variant in enumerate(args.variants):
         r = run_variant(args.base.split(), variant.split(), work / f"v{i}")
         tp = r["throughput"]
