@@ -10,7 +10,9 @@
   at least ``MARGIN`` faster than fp32 (timing noise never flips a run into bf16);
 * the result is cached per (device, CPU model and flags, torch version, encoder, batch shape) in
   ``$NER_LIGHTNING_CACHE`` or ``~/.cache/ner_lightning/precision.json``: a machine measures once,
-  and every cell of a sweep reads the entry the sweeper wrote when it composed the grid.
+  and every cell of a sweep reads the entry the sweeper wrote when it composed the grid — whatever
+  its thread count (a parallel worker's share of the cores): a cell's precision is always the one
+  its identity was composed with.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ def _device_name(accelerator: str) -> str:
     if uses_gpu(accelerator):
         return f"cuda:{torch.cuda.get_device_name()}"
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
-    return f"cpu:{_cpu_model()}:flags {flags}:threads {torch.get_num_threads()}"
+    return f"cpu:{_cpu_model()}:flags {flags}"
 
 
 def _cache_path() -> Path:

@@ -82,4 +82,27 @@ def test_every_cell_of_a_sweep_resolves_the_same_precision(timing, toy_cfg, monk
 
 def test_the_measurement_runs_the_real_encoder(tiny):
     figures = precision.measure(tiny, "32-true", "cpu")
-    assert figures["train_tok_s"] > 0 and figures["eval_tok_s"] > figures["train_tok_s"]
+    assert set(figures) == {"train_tok_s", "eval_tok_s"} and all(0 < v < float("inf") for v in figures.values())
+
+
+def test_processes_with_other_thread_counts_read_the_same_choice(timing, tiny, monkeypatch, tmp_path):
+    """A sweep composes its cells in one process and runs them in workers with fewer threads:
+    the machine's measurement is one entry, so a noisy second measurement in a worker can never
+    give the cell another precision than the one its identity was composed with."""
+    import torch
+
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision, "_memo", {})
+    rates.update({"32-true": (100, 100), "bf16-mixed": (200, 200)})
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        composed = precision.best_precision("cpu", tiny, "train")
+        monkeypatch.setattr(precision, "_memo", {})  # a worker process
+        rates.update({"bf16-mixed": (50, 50)})  # what a second measurement on a busy machine might say
+        torch.set_num_threads(1)
+        assert precision.best_precision("cpu", tiny, "train") == composed == "bf16-mixed"
+    finally:
+        torch.set_num_threads(before)
+    assert len(calls) == 2  # fp32 and bf16, measured once

@@ -11,11 +11,9 @@ warning); on CPU each job gets ``cores // n_jobs`` torch threads.
 """
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger("ner_lightning")
@@ -103,25 +101,6 @@ def _n_jobs(launcher_cfg) -> int | None:
         return None
     n_jobs = int(launcher_cfg.n_jobs)
     return n_jobs if n_jobs >= 1 else (os.cpu_count() or 1)
-
-
-@contextlib.contextmanager
-def as_a_job(launcher_cfg) -> Iterator[None]:
-    """Within: torch's thread count as a job of this launcher will have it, so that what a cell
-    resolves by measuring (``${best_precision:}``, cached per thread count) is what its job will
-    resolve — the sweeper composes every cell's identity this way before launching it."""
-    import torch
-
-    n_jobs = _n_jobs(launcher_cfg)
-    if n_jobs is None or gpu_count() > 0:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(device_for_slot(0, 0, n_jobs, os.cpu_count() or 1)["threads"])
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def describe(cfg) -> dict:

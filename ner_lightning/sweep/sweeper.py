@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.config import complete_config, label_scheme_needed
 from ner_lightning.results import write_json_atomic
-from ner_lightning.sweep import cells, devices
+from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import identity_of, why_different
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
@@ -70,8 +70,7 @@ def describe_cell(hydra_context: HydraContext, master_config: DictConfig, k: int
     try:
         subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
         job = OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
-        with devices.as_a_job(sweep_config.hydra.launcher):
-            resolved = OmegaConf.to_container(complete_config(job), resolve=True, throw_on_missing=False)
+        resolved = OmegaConf.to_container(complete_config(job), resolve=True, throw_on_missing=False)
         ident = identity_of(resolved)
     finally:
         HydraConfig.instance().cfg = saved
