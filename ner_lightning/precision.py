@@ -38,6 +38,13 @@ def candidates(accelerator: str) -> tuple[list[str], str]:
     """The precisions worth measuring here and why the others are not."""
     from ner_lightning.hardware import CPU_BF16_FLAGS, uses_gpu, cpu_flags
 
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            f"trainer.accelerator={accelerator} but this process sees no GPU, so the GPU's fastest precision cannot "
+            "be measured here (a SLURM sweep composes every cell on the machine it is submitted from, and a cell's "
+            "precision is part of its identity). Set it: trainer.precision=bf16-mixed "
+            "callbacks.eval_precision.precision=bf16-mixed (or 32-true / 16-mixed; docs/gpu_and_cluster.md), "
+            "or submit from a machine with the nodes' GPU")
     if uses_gpu(accelerator):
         name = torch.cuda.get_device_name()
         if torch.cuda.is_bf16_supported():

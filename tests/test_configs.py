@@ -15,9 +15,15 @@ GROUPS = ["dataset", "model", "loss", "data", "multitask", "optimizer", "trainer
     + [f"debug={p.stem}" for p in sorted((CONFIG_DIR / "debug").glob("*.yaml"))],
 )
 def test_config_composes_and_resolves(override, tmp_path):
+    import torch
     from omegaconf import OmegaConf
 
     cfg = compose_config([override], tmp_path)
+    if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():  # no GPU precision measured on a CPU
+        with pytest.raises(Exception, match="sees no GPU"):
+            OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+        cfg = compose_config([override, "trainer.precision=bf16-mixed", "callbacks.eval_precision.precision=bf16-mixed"],
+                             tmp_path)
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
 
 

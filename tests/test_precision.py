@@ -106,3 +106,15 @@ def test_processes_with_other_thread_counts_read_the_same_choice(timing, tiny, m
     finally:
         torch.set_num_threads(before)
     assert len(calls) == 2  # fp32 and bf16, measured once
+
+
+def test_a_gpu_precision_is_never_measured_on_a_cpu(tiny, monkeypatch):
+    """A SLURM sweep composes cells where it is submitted: a login node without a GPU must not
+    give `trainer=gpu` cells a precision measured on its CPU (the nodes would run another one)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(precision, "measure", lambda *a: pytest.fail("measured"))
+    with pytest.raises(ValueError, match="trainer.precision=bf16-mixed callbacks.eval_precision.precision="):
+        precision.best_precision("gpu", tiny, "train")
+    assert precision.candidates("auto")[0][0] == "32-true"  # auto on a CPU machine: its CPU
