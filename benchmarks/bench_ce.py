@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
+from lightning_fabric.utilities.apply_func import move_data_to_device
 from omegaconf import OmegaConf
 
 from ner_lightning.config import compose_config
@@ -75,15 +76,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 def _sorted_batches(features, batch_size: int, pad_id: int, device: torch.device) -> list[tuple[dict, int]]:
     """Length-sorted batches on ``device``, each with its real sub-word count (counted on the host)."""
     feats = sorted(features, key=lambda f: len(f.input_ids))
     batches = [collate_features(feats[i : i + batch_size], pad_id) for i in range(0, len(feats), batch_size)]
-    return [(_to(b, device), int(b["attention_mask"].sum())) for b in batches]
+    return [(move_data_to_device(b, device), int(b["attention_mask"].sum())) for b in batches]
 
 
 def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
@@ -107,20 +104,22 @@ def train_step(encoder, head, opt, precision: str, b: dict) -> None:
     opt.zero_grad()
 
 
-def forward_pass(encoder, batches: list[tuple[dict, int]]) -> int:
-    """The encoder over ``batches`` (no head), waited for; returns their real sub-words."""
+def timed_pass(step, batches: list[tuple[dict, int]]) -> int:
+    """``step`` over every batch, waited for (GPU work is asynchronous); returns their real sub-words."""
     for b, _ in batches:
-        encoder(b["input_ids"], b["attention_mask"])
+        step(b)
     _sync(b["input_ids"].device)
     return sum(n for _, n in batches)
+
+
+def forward_pass(encoder, batches: list[tuple[dict, int]]) -> int:
+    """The encoder over ``batches`` (no head)."""
+    return timed_pass(lambda b: encoder(b["input_ids"], b["attention_mask"]), batches)
 
 
 def train_pass(encoder, head, opt, precision: str, batches: list[tuple[dict, int]]) -> int:
-    """One training pass over ``batches``, waited for; returns their real sub-words."""
-    for b, _ in batches:
-        train_step(encoder, head, opt, precision, b)
-    _sync(b["input_ids"].device)
-    return sum(n for _, n in batches)
+    """One training pass over ``batches``."""
+    return timed_pass(lambda b: train_step(encoder, head, opt, precision, b), batches)
 
 
 def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
@@ -260,7 +259,7 @@ def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
     for _ in range(epochs):
         for batch in train_dl:
             with _autocast(train_precision, device):
-                loss = model(**_to(batch, device)).loss
+                loss = model(**move_data_to_device(batch, device)).loss
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clip_val)
@@ -275,7 +274,7 @@ def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
     gold, pred, eval_padded = [], [], 0
     with torch.inference_mode(), _autocast(eval_precision, device):
         for batch in test_dl:
-            inputs = _to({"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}, device)
+            inputs = move_data_to_device({"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}, device)
             best = model(**inputs).logits.argmax(-1)
             gold += batch["labels"].tolist()
             pred += best.tolist()
