@@ -336,6 +336,27 @@ def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg):
     assert cfg.logger.wandb.id != first  # another cell in the same folder: another run
 
 
+def test_an_offline_wandb_run_starts_without_warnings(tmp_path, toy_cfg, capfd, monkeypatch):
+    """The configured W&B logger starts its (offline) run although an override is longer than a
+    W&B tag may be (the toy corpus' path), and without W&B's warning about the `anonymous`
+    setting that Lightning's logger always passes."""
+    import wandb
+    from hydra.utils import instantiate
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = toy_cfg("logger=wandb")
+    spec = OmegaConf.to_container(cfg.logger.wandb, resolve=True)
+    logger = instantiate({**spec, "save_dir": str(tmp_path)})
+    try:
+        run = logger.experiment
+        assert run.id == spec["id"]
+        assert max(map(len, spec["tags"])) > 64 and max(map(len, run.tags)) == 64
+        assert "logger=wandb" in run.tags
+    finally:
+        wandb.finish()
+    assert "WARNING" not in capfd.readouterr().err
+
+
 def test_reidentify_restores_the_composed_accelerator_only_when_it_gives_the_manifests_identity(tmp_path):
     """Results recorded with the device the parallel launcher pinned (trainer.accelerator=cpu)
     get the composed ``auto`` back when — and only when — that is exactly the manifest's identity."""
