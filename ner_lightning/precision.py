@@ -12,10 +12,12 @@
   ``$NER_LIGHTNING_CACHE`` or ``~/.cache/ner_lightning/precision.json``: a machine measures once,
   and every cell of a sweep reads the entry the sweeper wrote when it composed the grid — whatever
   its thread count (a parallel worker's share of the cores): a cell's precision is always the one
-  its identity was composed with.
+  its identity was composed with. Measuring holds a lock beside the cache (``precision.json.lock``):
+  two sweeps started at once measure once, the second reads the first's entry.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -144,17 +146,27 @@ def calibration(accelerator: str, model: dict) -> dict:
     path = _cache_path()
     cached = _read(path).get(key)
     if cached is None:
-        t0 = time.perf_counter()
-        measured = {name: measure(model, name, device) for name in names}
-        cached = {"train": _fastest(measured, "train_tok_s"), "eval": _fastest(measured, "eval_tok_s"),
-                  "why": f"measured ({why}) in {time.perf_counter() - t0:.1f} s", "measured": measured}
-        from ner_lightning.results import write_json_atomic
-
-        write_json_atomic(path, {**_read(path), key: cached})
-        log.info("precision measured on %s: %s -> training %s, evaluation %s (cached in %s)", device_name,
-                 ", ".join(f"{n} train {m['train_tok_s']:,.0f} / eval {m['eval_tok_s']:,.0f} tok/s"
-                           for n, m in measured.items()), cached["train"], cached["eval"], path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process measuring this key: wait, then read its entry
+            cached = _read(path).get(key) or _measure_and_record(path, key, model, names, why, device, device_name)
     _memo[key] = cached
+    return cached
+
+
+def _measure_and_record(path: Path, key: str, model: dict, names: list[str], why: str, device: str,
+                        device_name: str) -> dict:
+    """Measure every candidate, choose for training and evaluation, add the entry to the cache."""
+    t0 = time.perf_counter()
+    measured = {name: measure(model, name, device) for name in names}
+    cached = {"train": _fastest(measured, "train_tok_s"), "eval": _fastest(measured, "eval_tok_s"),
+              "why": f"measured ({why}) in {time.perf_counter() - t0:.1f} s", "measured": measured}
+    from ner_lightning.results import write_json_atomic
+
+    write_json_atomic(path, {**_read(path), key: cached})
+    log.info("precision measured on %s: %s -> training %s, evaluation %s (cached in %s)", device_name,
+             ", ".join(f"{n} train {m['train_tok_s']:,.0f} / eval {m['eval_tok_s']:,.0f} tok/s"
+                       for n, m in measured.items()), cached["train"], cached["eval"], path)
     return cached
 
 

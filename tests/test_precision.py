@@ -64,6 +64,36 @@ def test_a_machine_measures_once_and_reads_the_cache_after(timing, tiny, monkeyp
     assert entry["measured"]["bf16-mixed"]["train_tok_s"] == 300 and entry["train"] == "bf16-mixed"
 
 
+def test_two_processes_measuring_at_once_measure_once_and_agree(timing, tiny, monkeypatch, tmp_path):
+    """Two sweeps started together on a machine with no entry: the second waits for the first's
+    measurement and reads it (threads stand in for processes: each opens the lock on its own)."""
+    import threading
+    import time
+
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    measure = precision.measure
+
+    def slow_measure(model, name, device):  # each measurement sees other rates: a racing pair would disagree
+        time.sleep(0.2)
+        rates.update({"32-true": (100, 100), "bf16-mixed": (300, 300) if len(calls) < 2 else (50, 50)})
+        return measure(model, name, device)
+
+    monkeypatch.setattr(precision, "measure", slow_measure)
+    chosen = []
+
+    def sweep():
+        chosen.append(precision.calibration("cpu", tiny)["train"])
+        precision._memo.clear()  # the other "process" has a memo of its own
+
+    threads = [threading.Thread(target=sweep) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert chosen == ["bf16-mixed", "bf16-mixed"] and calls == ["32-true", "bf16-mixed"]
+
+
 def test_without_native_bf16_nothing_is_measured(flags, tiny, monkeypatch):
     flags("avx2")
     monkeypatch.setattr(precision, "measure", lambda *a: pytest.fail("measured"))
