@@ -90,14 +90,18 @@ def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refus
         judge_all(path)
 
 
-def test_the_committed_claims_table_is_the_commands_output():
-    """replication.md's claims table is exactly what --claims prints for the committed runs."""
+@pytest.mark.parametrize("doc, claims", [("replication.md", "claims.yaml"), ("claims.md", "claims_budget.yaml")])
+def test_the_committed_claims_table_is_the_commands_output(doc, claims):
+    """Each committed claims table is exactly what --claims prints for the committed runs
+    (replication.md's whole family; claims.md's budget check)."""
     from ner_lightning.config import REPO_ROOT
     from ner_lightning.report.claims import claims_table
 
-    doc = (REPO_ROOT / "docs" / "results" / "replication.md").read_text()
-    committed = doc.split("<!-- claims table -->\n", 1)[1].split("\n<!-- end claims table -->", 1)[0]
-    assert committed == claims_table(REPO_ROOT / "docs" / "results" / "claims.yaml")
+    text = (REPO_ROOT / "docs" / "results" / doc).read_text()
+    marker = f"<!-- claims table: {claims} -->"
+    assert marker in text, f"{doc} has no {marker} block"
+    committed = text.split(marker + "\n", 1)[1].split("\n<!-- end claims table -->", 1)[0]
+    assert committed == claims_table(REPO_ROOT / "docs" / "results" / claims)
 
 
 def test_an_interaction_is_the_difference_of_the_paired_differences(tmp_path):
