@@ -4,7 +4,7 @@ few lines per cell — plus progress bars and real warnings; not the libraries' 
 Quiet hides, at their source: Lightning's info lines (seed, accelerator, tips, "Restoring
 states…"), warnings known to be harmless here (listed below with why), Hugging Face's load
 reports and progress bars, and W&B's banners (``WANDB_SILENT``; set ``WANDB_SILENT=false`` to
-see them; :class:`WandbLogger` drops the one setting W&B warns about whatever its value).
+see them; ``protocols.WandbLogger`` leaves out the one setting W&B warns about on every run).
 Everything else, and every log line in each cell's ``train.log``, stays.
 """
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-
-from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
 # (message regex, why it is harmless here)
 HARMLESS_WARNINGS = (
@@ -42,19 +40,3 @@ def quiet(enabled: bool = True) -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-
-
-class WandbLogger(LightningWandbLogger):
-    """Lightning's W&B logger, fitted to what W&B accepts without a word: ``tags`` (a run's
-    command-line overrides, ``tags: ${hydra:overrides.task}``) cut to W&B's 64 characters — a
-    longer one, e.g. ``paths.data_dir=`` a deep path, fails the run's start — and without the
-    ``anonymous`` setting Lightning always passes (``None`` unless asked for), which W&B >= 0.19
-    ignores and warns about on every run (``logger=wandb``)."""
-
-    TAG_LIMIT = 64
-
-    def __init__(self, *args, tags=None, **kwargs):
-        tags = [t if len(t) <= self.TAG_LIMIT else t[:self.TAG_LIMIT - 1] + "…" for t in map(str, tags or [])]
-        super().__init__(*args, tags=tags or None, **kwargs)
-        if not kwargs.get("anonymous"):
-            self._wandb_init.pop("anonymous", None)

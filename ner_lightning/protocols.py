@@ -26,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping
+from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
 from ner_lightning.callbacks import AuxiliaryPhases, PredictionWriter, ScheduleHorizon, TokenThroughput
 from ner_lightning.export import export_model, load_weights
@@ -347,6 +348,22 @@ def singleaux(cfg: DictConfig, cell: Cell = Cell()) -> CellResult:
 
 
 # --- W&B -----------------------------------------------------------------------------------------
+class WandbLogger(LightningWandbLogger):
+    """Lightning's W&B logger, fitted to what W&B accepts without a word: ``tags`` (a run's
+    command-line overrides, ``tags: ${hydra:overrides.task}``) cut to W&B's 64 characters — a
+    longer one, e.g. ``paths.data_dir=`` a deep path, fails the run's start — and without the
+    ``anonymous`` setting Lightning always passes (``None`` unless asked for), which W&B >= 0.19
+    ignores and warns about on every run (``logger=wandb``)."""
+
+    TAG_LIMIT = 64
+
+    def __init__(self, *args, tags=None, **kwargs):
+        tags = [t if len(t) <= self.TAG_LIMIT else t[:self.TAG_LIMIT - 1] + "…" for t in map(str, tags or [])]
+        super().__init__(*args, tags=tags or None, **kwargs)
+        if not kwargs.get("anonymous"):
+            self._wandb_init.pop("anonymous", None)
+
+
 def summarise_wandb(loggers: list, result: CellResult) -> None:
     """Best-epoch dev scores, test scores of both modes and compute into the W&B run summary."""
     from pytorch_lightning.loggers import WandbLogger
