@@ -29,31 +29,31 @@ def viterbi_decode(
     start: torch.Tensor,
     end: torch.Tensor,
     transitions: torch.Tensor,
-) -> list[list[int]]:
-    """Best tag path per sequence: argmax Σ start + emissions + transitions + end.
+) -> torch.Tensor:
+    """Best tag path per sequence, ``(B, T)`` on the emissions' device: argmax Σ start +
+    emissions + transitions + end (MUNCHABLES eq. 6).
 
-    ``emissions (B, T, K)``, ``mask (B, T)`` with every sequence's first position on.
+    ``emissions (B, T, K)``, ``mask (B, T)`` with every sequence's first position on and its
+    real positions first. A masked position keeps the score and back-points each tag to itself,
+    so one back-trace from the last position serves every sequence at once: no length is ever
+    read on the host. Tags at masked positions are meaningless.
     """
     b, t, k = emissions.shape
     score = start + emissions[:, 0]
+    stay = torch.arange(k, device=emissions.device).expand(b, k)
     history = []
     for i in range(1, t):
         cand = score[:, :, None] + transitions[None] + emissions[:, i, None, :]
         best, idx = cand.max(1)
         on = mask[:, i, None]
         score = torch.where(on, best, score)
-        history.append(torch.where(on, idx, torch.arange(k, device=idx.device).expand(b, k)))
-    score = score + end
-    paths = []
-    lengths = mask.sum(1).tolist()
-    for n in range(b):
-        tag = int(score[n].argmax())
-        path = [tag]
-        for hist in reversed(history[: lengths[n] - 1]):
-            tag = int(hist[n, tag])
-            path.append(tag)
-        paths.append(path[::-1])
-    return paths
+        history.append(torch.where(on, idx, stay))
+    tag = (score + end).argmax(1, keepdim=True)  # (B, 1)
+    path = [tag]
+    for hist in reversed(history):
+        tag = hist.gather(1, tag)
+        path.append(tag)
+    return torch.cat(path[::-1], 1)
 
 
 def inside_spans(p_inside: Sequence[float]) -> list[tuple[int, int, float]]:

@@ -30,9 +30,23 @@ def test_layout_by_hand():
     assert block[0] == [[1, 1, 1, 1]] * 4
     assert block[1] == [[1, 1, 1, 0]] * 3 + [[0, 0, 0, 1]]
     assert block[2] == [[1, 1, 0, 0]] * 2 + [[0, 0, 1, 1]] * 2
-    assert packed.rows.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
-    assert packed.cols.tolist() == [0, 1, 2, 3, 3, 0, 1, 2, 0, 1, 2, 3]
+    # where each real sub-word went, in the padded batch's row-major order (flat: row * 4 + column)
+    rows, cols = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2], [0, 1, 2, 3, 3, 0, 1, 2, 0, 1, 2, 3]
+    assert packed.plan.target.tolist() == [r * 4 + c for r, c in zip(rows, cols)]
+    assert packed.plan.source.tolist() == [0, 1, 2, 3, 4, 8, 9, 10, 12, 13, 16, 17]
     assert computed_positions(mask, pack=True) == 12 and computed_positions(mask, pack=False) == 20
+
+
+def test_the_plan_a_batch_carries_packs_as_the_lengths_do():
+    """The collator's plan (``batch["pack"]``, made from lengths it knows) gives the inputs the
+    encoder would make by asking the device for the lengths."""
+    from ner_lightning.data.packing import pack_plan
+
+    ids, mask = padded([4, 1, 3, 2, 2])
+    asked = pack_batch(ids, mask, None)
+    carried = pack_batch(ids, mask, None, plan=pack_plan([4, 1, 3, 2, 2], ids.size(1)))
+    for key in ("input_ids", "position_ids", "attention_mask"):
+        assert torch.equal(asked.inputs[key], carried.inputs[key]), key
 
 
 def test_padding_in_a_row_attends_to_itself_only():
@@ -97,15 +111,21 @@ def test_packed_encoder_in_a_family_gives_the_padded_scores(toy_cfg):
 
 @pytest.mark.parametrize("pack, computed", [(True, 12), (False, 20)])
 def test_throughput_counts_the_positions_the_encoder_computes(pack, computed):
+    """Counted from the batch's layout (made when it was collated): 12 real sub-words, 5 rows of
+    4 padded, 3 rows of 4 packed."""
     from types import SimpleNamespace
 
     from ner_lightning.callbacks import TokenThroughput
+    from ner_lightning.data.alignment import Feature, collate_features
 
-    _, mask = padded([4, 1, 3, 2, 2])
+    batch = collate_features([Feature(i, 0, [5] * n, [-100] * n, [0]) for i, n in enumerate([4, 1, 3, 2, 2])], PAD)
+    module = SimpleNamespace(encoder=SimpleNamespace(pack=pack), device=torch.device("cpu"))
     meter = TokenThroughput()
-    meter.on_train_batch_start()
-    meter.on_train_batch_end(None, SimpleNamespace(encoder=SimpleNamespace(pack=pack)), None, {"attention_mask": mask}, 0)
-    assert meter.summary()["train_padding_ratio"] == round(computed / 12, 3)
+    meter.on_train_batch_start(None, module, batch, 0)
+    meter.on_train_epoch_end(None, module)
+    summary = meter.summary()
+    assert summary["train_tokens"] == 12 and summary["train_padding_ratio"] == round(computed / 12, 3)
+    assert summary["train_seconds"] >= 0 and summary["eval_tokens"] == 0
 
 
 def test_packing_an_encoder_type_without_known_positions_is_an_error(monkeypatch):

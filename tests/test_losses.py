@@ -190,6 +190,10 @@ def test_all_outside_batch_is_finite(make):
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
 
 
+def _paths(tags: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    return [row[m].tolist() for row, m in zip(tags, mask)]
+
+
 def test_viterbi_matches_brute_force_and_torchcrf():
     from torchcrf import CRF
 
@@ -198,7 +202,7 @@ def test_viterbi_matches_brute_force_and_torchcrf():
     crf = CRF(k, batch_first=True)
     em = torch.randn(2, t, k)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
-    ours = viterbi_decode(em, mask, crf.start_transitions, crf.end_transitions, crf.transitions)
+    ours = _paths(viterbi_decode(em, mask, crf.start_transitions, crf.end_transitions, crf.transitions), mask)
     assert ours == crf.decode(em, mask)
     for n in range(2):
         length = int(mask[n].sum())
@@ -213,6 +217,22 @@ def test_viterbi_matches_brute_force_and_torchcrf():
         assert ours[n] == list(best)
 
 
+def test_viterbi_over_a_batch_of_mixed_lengths_equals_torchcrf_sentence_by_sentence():
+    """One back-trace for the whole batch (no length read on the host) gives each sentence the
+    path torchcrf finds for it alone, lengths 1 to T included."""
+    from torchcrf import CRF
+
+    torch.manual_seed(3)
+    k, t = 5, 9
+    crf = CRF(k, batch_first=True)
+    lengths = [9, 1, 4, 7, 2, 9, 5, 3]
+    em = torch.randn(len(lengths), t, k) * 3
+    mask = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
+    ours = _paths(viterbi_decode(em, mask, crf.start_transitions, crf.end_transitions, crf.transitions), mask)
+    alone = [crf.decode(em[n : n + 1, :length])[0] for n, length in enumerate(lengths)]
+    assert ours == alone and [len(p) for p in ours] == lengths
+
+
 def test_bio_constrained_decoding_never_emits_invalid_tags():
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     start_ok, trans_ok = bio_transition_mask(labels)
@@ -224,11 +244,43 @@ def test_bio_constrained_decoding_never_emits_invalid_tags():
     em[0, 2, 4] = 5.0  # I-LOC after O: invalid
     zeros = torch.zeros(5)
     free = viterbi_decode(em, torch.ones(1, 3, dtype=torch.bool), zeros, zeros, torch.zeros(5, 5))
-    assert free == [[2, 0, 4]]
+    assert free.tolist() == [[2, 0, 4]]
     start = zeros.masked_fill(~start_ok, -1e4)
     trans = torch.zeros(5, 5).masked_fill(~trans_ok, -1e4)
-    path = viterbi_decode(em, torch.ones(1, 3, dtype=torch.bool), start, zeros, trans)[0]
+    path = viterbi_decode(em, torch.ones(1, 3, dtype=torch.bool), start, zeros, trans)[0].tolist()
     tags = [labels[i] for i in path]
     assert not tags[0].startswith("I-")
     for a, b in zip(tags, tags[1:]):
         assert not b.startswith("I-") or a[2:] == b[2:]
+
+
+def test_crf_log_likelihood_equals_torchcrf_and_brute_force():
+    """The CRF head's likelihood (without torchcrf's per-step input check) is torchcrf's, bit
+    for bit with its gradients, and the log of a probability summed over all paths by hand."""
+    from torchcrf import CRF
+
+    from ner_lightning.models.heads import crf_log_likelihood
+
+    torch.manual_seed(1)
+    k, t = 3, 4
+    crf = CRF(k, batch_first=True)
+    torch.nn.init.normal_(crf.transitions)
+    lengths = [4, 2, 1]
+    mask = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
+    tags = torch.randint(0, k, (3, t))
+    em = torch.randn(3, t, k, requires_grad=True)
+    ours = crf_log_likelihood(crf, em, tags, mask)
+    (grad_ours,) = torch.autograd.grad(ours.sum(), em)
+    ref = crf(em, tags, mask=mask, reduction="none")
+    (grad_ref,) = torch.autograd.grad(ref.sum(), em)
+    assert torch.equal(ours, ref) and torch.equal(grad_ours, grad_ref)
+
+    def score(n, path):
+        s = crf.start_transitions[path[0]] + em[n, 0, path[0]] + crf.end_transitions[path[-1]]
+        for i in range(1, len(path)):
+            s = s + crf.transitions[path[i - 1], path[i]] + em[n, i, path[i]]
+        return s
+
+    for n, length in enumerate(lengths):
+        log_z = torch.logsumexp(torch.stack([score(n, p) for p in itertools.product(range(k), repeat=length)]), 0)
+        assert float(ours[n]) == pytest.approx(float(score(n, tags[n, :length].tolist()) - log_z), abs=1e-5)

@@ -62,7 +62,7 @@ def test_argmax_decoding():
         mod.heads.bias.copy_(torch.tensor([0.0, 1.0, 0, 0, 0, 0, 0, 3.0, 0]))
     batch = {"input_ids": torch.zeros(1, 4, dtype=torch.long), "attention_mask": torch.ones(1, 4, dtype=torch.long),
              "word_starts": torch.tensor([[1, 2]]), "word_mask": torch.tensor([[True, True]])}
-    assert mod.decode(batch) == [[7, 7]]
+    assert mod.decode(batch).tolist() == [[7, 7]]
 
 
 def test_maml_m_out_of_range():

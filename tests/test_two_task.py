@@ -196,3 +196,26 @@ def test_pesg_anchors_at_start_weights_and_trains(toy_cfg):
     assert res["status"] == "ok"
     res = train(toy_cfg("loss=ova_auc", "optimizer=pesg", "trainer.max_epochs=1"))
     assert res["status"] == "ok"
+
+
+@pytest.mark.parametrize("positives", [0, 1, 7])
+def test_aucm_is_libauc_forward_bit_for_bit_with_its_gradients(positives):
+    """``models.auc.aucm`` (no per-word Python check) computes libauc ``AUCMLoss`` v1's value and
+    gradients (scores, a, b, α) exactly, batches without positives included."""
+    from libauc.losses import AUCMLoss
+
+    from ner_lightning.models.auc import aucm
+
+    torch.manual_seed(positives)
+    scores = torch.rand(12, requires_grad=True)
+    targets = torch.zeros(12, dtype=torch.long)
+    targets[:positives] = 1
+    loss = AUCMLoss(margin=0.8, version="v1", device="cpu")
+    with torch.no_grad():
+        loss.a.fill_(0.3), loss.b.fill_(-0.1), loss.alpha.fill_(0.6)
+    values = {}
+    for name, fn in (("ours", lambda: aucm(loss, scores, targets)), ("libauc", lambda: loss(scores, targets))):
+        value = fn()
+        values[name] = (value.detach(), *torch.autograd.grad(value.sum(), [scores, loss.a, loss.b, loss.alpha]))
+    for ours, ref in zip(values["ours"], values["libauc"]):
+        assert torch.equal(ours, ref)

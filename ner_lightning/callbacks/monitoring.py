@@ -6,16 +6,21 @@ import logging
 import time
 
 import pytorch_lightning as pl
+import torch
 
 log = logging.getLogger("ner_lightning")
 
 
 class TokenThroughput(pl.Callback):
-    """Times every train / eval batch and counts its real and padded sub-word tokens.
+    """Real and computed sub-word tokens of every train / eval batch, and the wall time of the
+    stretches of batches in each stage.
 
-    ``summary()`` gives tokens/s over the time spent inside batches (data loading excluded)
-    and the padding overhead: positions the encoder computes / real tokens (the padded batch,
-    or its packed rows under ``model.pack``).
+    ``summary()`` gives tokens/s and the padding overhead: positions the encoder computes / real
+    tokens (the padded batch, or its packed rows under ``model.pack``). Counts come from each
+    batch's layout (known on the host when it was built); a stretch of batches — an epoch's
+    training between evaluations, or one evaluation — is timed from its first batch to its end,
+    waiting for the device once at its end, never per batch (so batch building counts as part of
+    training; evaluation batches are built once per split).
     """
 
     STAGES = ("train", "eval")
@@ -24,31 +29,46 @@ class TokenThroughput(pl.Callback):
         self.seconds = dict.fromkeys(self.STAGES, 0.0)
         self.tokens = dict.fromkeys(self.STAGES, 0)
         self.padded = dict.fromkeys(self.STAGES, 0)
-        self._t0 = 0.0
+        self._open: dict[str, float] = {}  # stage -> start of its stretch under way
 
-    def _start(self, *_args, **_kw) -> None:
-        self._t0 = time.perf_counter()
+    def _count(self, stage: str, batch: dict, module: pl.LightningModule) -> None:
+        from ner_lightning.models.base import layout_of
 
-    def _end(self, stage: str, batch: dict, module: pl.LightningModule) -> None:
-        from ner_lightning.models.encoder import computed_positions
+        if stage not in self._open:
+            self._open[stage] = time.perf_counter()
+        layout = layout_of(batch)
+        self.tokens[stage] += layout.tokens
+        self.padded[stage] += layout.positions[1] if module.encoder.pack else layout.positions[0]
 
-        self.seconds[stage] += time.perf_counter() - self._t0
-        mask = batch["attention_mask"]
-        self.tokens[stage] += int(mask.sum())
-        self.padded[stage] += computed_positions(mask, module.encoder.pack)
+    def _close(self, stage: str, module: pl.LightningModule) -> None:
+        if stage in self._open:
+            if module.device.type == "cuda":
+                torch.cuda.synchronize(module.device)
+            self.seconds[stage] += time.perf_counter() - self._open.pop(stage)
 
-    on_train_batch_start = _start
-    on_validation_batch_start = _start
-    on_test_batch_start = _start
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._count("train", batch, pl_module)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._end("train", batch, pl_module)
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._count("eval", batch, pl_module)
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._end("eval", batch, pl_module)
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._count("eval", batch, pl_module)
 
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._end("eval", batch, pl_module)
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._close("train", pl_module)  # evaluation interrupts training's stretch
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self._close("eval", pl_module)  # before the epoch is scored on the host
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        self._close("eval", pl_module)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._close("train", pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._close("train", pl_module)
 
     def summary(self) -> dict:
         out = {}

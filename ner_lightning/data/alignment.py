@@ -13,11 +13,12 @@ once per type, and a word's label is its tag projected on the queried type (:dat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 
 from ner_lightning.data.corpus import Sentence
+from ner_lightning.data.packing import first_fit_rows, pack_plan
 
 IGNORE_INDEX = -100
 
@@ -191,8 +192,22 @@ class QueryAligner(SubwordAligner):
         return Feature(si, offset, input_ids, labels, word_starts, type_index=ti, segment_start=len(head))
 
 
-def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Pad a batch to its longest member; ``word_starts`` padded with 0 and masked."""
+class BatchLayout(NamedTuple):
+    """What the host knows of a batch when it builds it (``batch["layout"]``): read on the host
+    instead of asking the device, where every question waits for the queued work."""
+
+    tokens: int  # real sub-words
+    positions: tuple[int, int]  # sub-word positions the encoder computes: padded, packed (model.pack)
+    words: tuple[int, ...]  # words of each row
+    sentences: tuple[int, ...]  # sentence index of each row in its split
+    offsets: tuple[int, ...]  # index of each row's first word in its sentence
+    types: tuple[int, ...]  # MRC: the queried entity type of each row (empty: not MRC)
+    corpora: tuple[int, ...]  # corpus index of each row (0 = main; multi-corpus batches)
+
+
+def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
+    """Pad a batch to its longest member; ``word_starts`` padded with 0 and masked. Also carries
+    its :class:`BatchLayout` (``layout``) and packing plan (``pack``, ``data/packing.py``)."""
     n = len(features)
     t = max(len(f.input_ids) for f in features)
     w = max(f.n_words for f in features)
@@ -217,6 +232,13 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict[str
         "sentence_index": torch.tensor([f.sentence_index for f in features]),
         "word_offset": torch.tensor([f.word_offset for f in features]),
     }
+    lengths = [len(f.input_ids) for f in features]
+    batch["pack"] = pack_plan(lengths, t)
+    batch["layout"] = BatchLayout(
+        tokens=sum(lengths), positions=(n * t, first_fit_rows(lengths)[2] * t),
+        words=tuple(f.n_words for f in features), sentences=tuple(f.sentence_index for f in features),
+        offsets=tuple(f.word_offset for f in features),
+        types=tuple(f.type_index for f in features) if features[0].type_index >= 0 else (), corpora=(0,) * n)
     if features[0].type_index >= 0:  # MRC: the queried type, and segment ids (query 0, sentence 1)
         batch["type_index"] = torch.tensor([f.type_index for f in features])
         segment = torch.tensor([f.segment_start for f in features])

@@ -61,6 +61,7 @@ def collate_corpora(items: Sequence[tuple[int, object]], pad_token_id: int) -> d
     """``collate_features`` plus ``corpus``: the corpus index of each row (0 = main)."""
     batch = collate_features([f for _, f in items], pad_token_id=pad_token_id)
     batch["corpus"] = torch.tensor([c for c, _ in items])
+    batch["layout"] = batch["layout"]._replace(corpora=tuple(c for c, _ in items))
     return batch
 
 

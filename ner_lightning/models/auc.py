@@ -12,8 +12,6 @@ p(1 − p) or by a task weight such as λ = 100 (with that scaling the ascent ov
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 
@@ -26,10 +24,16 @@ def auc_losses(n: int, margin: float) -> nn.ModuleList:
 
 
 def aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """One AUC-M term on real words only (callers boolean-index away padding beforehand)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # libauc warns on every batch without positives
-        return loss(scores, targets)
+    """One AUC-M term (AUC-2T eq. 3) on real words only (callers boolean-index away padding
+    beforehand), with the a, b, α of the libauc ``AUCMLoss`` (v1) ``loss``: the same operations in
+    the same order as its ``forward`` (p from the batch), without its ``sum(pos_mask) == 0``
+    warning check, a Python loop over every word that waits for the device."""
+    y_pred, y_true = scores.reshape(-1, 1), targets.reshape(-1, 1)
+    pos, neg = (1 == y_true).float(), (0 == y_true).float()
+    p = pos.sum() / y_true.shape[0]
+    return ((1 - p) * torch.mean((y_pred - loss.a) ** 2 * pos) + p * torch.mean((y_pred - loss.b) ** 2 * neg)
+            + 2 * loss.alpha * (p * (1 - p) * loss.margin + torch.mean(p * y_pred * neg - (1 - p) * y_pred * pos))
+            - p * (1 - p) * loss.alpha ** 2)
 
 
 class AUCMinMax:

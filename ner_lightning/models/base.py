@@ -22,13 +22,16 @@ from typing import Callable, ClassVar, Iterable, NamedTuple
 import numpy as np
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
+from lightning_fabric.utilities.apply_func import move_data_to_device
 from transformers import get_linear_schedule_with_warmup
 
 from ner_lightning.callbacks.schedules import schedule_horizon
+from ner_lightning.data.alignment import BatchLayout
 from ner_lightning.data.corpus import OUTSIDE, LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.metrics import flat_scores, span_scores
-from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.models.encoder import TransformerEncoder, computed_positions
 from ner_lightning.optim import set_pdsca_phase
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
@@ -45,6 +48,22 @@ def sentences_seen(gold: list[list[str]], chunks: list) -> tuple[list[list[str]]
     seen = sorted(si for si, n in words.items() if n == len(gold[si]))
     new_index = {si: i for i, si in enumerate(seen)}
     return [gold[si] for si in seen], [(new_index[si], off, ids) for si, off, ids in chunks if si in new_index]
+
+
+def layout_of(batch: dict) -> BatchLayout:
+    """The batch's :class:`BatchLayout`: carried by every collated batch; rebuilt here (asking
+    the device) for a batch made by hand."""
+    if "layout" in batch:
+        return batch["layout"]
+    rows = batch["word_mask"].size(0)
+    return BatchLayout(
+        tokens=int(batch["attention_mask"].sum()),
+        positions=(batch["attention_mask"].numel(), computed_positions(batch["attention_mask"], pack=True)),
+        words=tuple(batch["word_mask"].sum(1).tolist()),
+        sentences=tuple(batch["sentence_index"].tolist()) if "sentence_index" in batch else tuple(range(rows)),
+        offsets=tuple(batch["word_offset"].tolist()) if "word_offset" in batch else (0,) * rows,
+        types=tuple(batch["type_index"].tolist()) if "type_index" in batch else (),
+        corpora=tuple(batch["corpus"].tolist()) if "corpus" in batch else (0,) * rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +129,13 @@ class NERModule(pl.LightningModule):
         self.train_batches = 0
         self.forward_passes = 0  # training forward passes (one per optimiser step)
         self.clip_val: float | None = None  # manual optimisation: the Trainer's clipping, taken over
+        self._first_nonfinite: torch.Tensor | None = None  # (step, epoch, loss) of the first non-finite loss
+        self._step_losses: list[tuple[int, torch.Tensor]] = []  # this epoch's (logging step, loss), on the device
         self.scores: dict[str, dict] = {}  # latest span scores per stage
         self.history: list[dict] = []  # dev scores of every validation epoch
         self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
         self.predictions: dict[str, dict[str, list[list[str]]]] = {}  # latest IOB2 tags per stage and corpus
-        self._predictions: dict[str, dict[int, list]] = {"val": {}, "test": {}}  # per corpus index (0 = main)
+        self._predictions: dict[str, list] = {"val": [], "test": []}  # (decoded output, layout) per batch
         self.eval_precision: str | None = None  # set by callbacks.EvalPrecision; None = trainer.precision
         self.train()  # from_pretrained leaves the encoder in eval mode (dropout off)
 
@@ -122,8 +143,10 @@ class NERModule(pl.LightningModule):
     def training_loss(self, batch: dict) -> torch.Tensor:
         raise NotImplementedError
 
-    def decode(self, batch: dict) -> list[list[int]]:
-        """Predicted label ids for the words of each example (``word_mask`` positions)."""
+    def decode(self, batch: dict) -> torch.Tensor:
+        """Predicted label ids ``(B, W)`` for the words of each example, on the device (values
+        outside ``word_mask`` are ignored). Decoding never moves data to the host: evaluation
+        collects every batch's output and moves them once per epoch."""
         raise NotImplementedError
 
     def optimisation_steps(self, batch: dict) -> list[Step]:
@@ -154,9 +177,9 @@ class NERModule(pl.LightningModule):
         if not self.training and self.eval_precision is not None:
             precision = self.eval_precision
         dtype = MIXED_PRECISION.get(str(precision))
-        segments = {"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}
+        extra = {key: batch[key] for key in ("token_type_ids", "pack") if key in batch}  # MRC segments, packing plan
         with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
-            hidden = self.encoder(batch["input_ids"], batch["attention_mask"], **segments)
+            hidden = self.encoder(batch["input_ids"], batch["attention_mask"], **extra)
         return self.encoder.word_states(hidden.float(), batch["word_starts"])
 
     def _full_precision(self):
@@ -176,15 +199,15 @@ class NERModule(pl.LightningModule):
     def _training_step(self, batch: dict) -> torch.Tensor | None:
         self.train_batches += 1
         if self.automatic_optimization:
-            loss = self._finite(self.training_loss(batch))
+            loss = self._watch_finite(self.training_loss(batch))
             self.forward_passes += 1
             self._log_loss(loss, batch)
             return loss
         opt, sched = self.optimizers(), self.lr_schedulers()
-        total = 0.0
+        total = None
         for step in self.optimisation_steps(batch):
             set_pdsca_phase(opt, auc=step.kind == "auc")
-            loss = self._finite(step.loss())
+            loss = self._watch_finite(step.loss())
             self.forward_passes += 1
             opt.zero_grad()
             self.manual_backward(loss)
@@ -192,21 +215,62 @@ class NERModule(pl.LightningModule):
                 self.clip_gradients(opt, gradient_clip_val=self.clip_val, gradient_clip_algorithm="norm")
             opt.step()
             self.after_optimizer_step()
-            total += float(loss.detach())
+            total = loss.detach() if total is None else total + loss.detach()
         sched.step()
         self._log_loss(total, batch)
         return None
 
-    def _finite(self, loss: torch.Tensor) -> torch.Tensor:
-        """A diverged run must fail (failure.json), never be reported with F1 0 as a result."""
-        if not torch.isfinite(loss.detach()).all():
-            raise FloatingPointError(
-                f"training loss is {loss.item()} at epoch {self.current_epoch}, step {self.global_step}: the run "
-                "diverged; try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)")
+    def _watch_finite(self, loss: torch.Tensor) -> torch.Tensor:
+        """Record, on the device, the first non-finite training loss (step, epoch, value); checked
+        on the host once per evaluation and epoch (:meth:`check_finite`), not at every step."""
+        value = loss.detach().float().sum()  # a libauc loss has shape (1,)
+        here = torch.stack([torch.full_like(value, self.global_step), torch.full_like(value, self.current_epoch), value])
+        first = self._first_nonfinite
+        if first is None:
+            first = torch.full_like(here, -1.0)
+        self._first_nonfinite = torch.where((first[0] < 0) & ~torch.isfinite(value), here, first)
         return loss
 
-    def _log_loss(self, loss, batch: dict) -> None:
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["input_ids"].size(0))
+    def check_finite(self) -> None:
+        """A diverged run must fail (failure.json), never be reported with F1 0 as a result."""
+        if self._first_nonfinite is None:
+            return
+        step, epoch, value = self._first_nonfinite.tolist()
+        if step >= 0:
+            raise FloatingPointError(
+                f"training loss is {value} at epoch {int(epoch)}, step {int(step)}: the run diverged; try a lower "
+                "optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)")
+
+    def _log_loss(self, loss: torch.Tensor, batch: dict) -> None:
+        """The epoch's mean loss through Lightning (``train/loss_epoch``, progress bar); each step's
+        loss stays on the device until the epoch ends (:meth:`flush_step_losses`)."""
+        loss = loss.detach()
+        self._step_losses.append((self.train_batches - 1, loss))
+        self.log("train/loss_epoch", loss, on_step=False, on_epoch=True, prog_bar=True,
+                 batch_size=batch["input_ids"].size(0))
+
+    def flush_step_losses(self) -> None:
+        """Log the steps' losses (``train/loss_step``, every ``trainer.log_every_n_steps``-th step
+        as Lightning would) to the run's loggers: one transfer for the epoch."""
+        kept = [(step, loss) for step, loss in self._step_losses if (step + 1) % self.trainer.log_every_n_steps == 0]
+        self._step_losses = []
+        if not kept or not self.loggers:
+            return
+        values = torch.stack([loss.float() for _, loss in kept]).tolist()
+        for logger in self.loggers:
+            for (step, _), value in zip(kept, values):
+                logger.log_metrics({"train/loss_step": value, "epoch": self.current_epoch}, step=step)
+
+    def on_validation_start(self) -> None:
+        self.check_finite()
+
+    def on_train_epoch_end(self) -> None:
+        self.check_finite()
+        self.flush_step_losses()
+
+    def on_train_end(self) -> None:
+        self.check_finite()
+        self.flush_step_losses()
 
     def optimizer_step(self, *args, **kwargs) -> None:
         super().optimizer_step(*args, **kwargs)
@@ -250,30 +314,41 @@ class NERModule(pl.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._collect("test", batch)
 
-    def chunk_predictions(self, batch: dict) -> list[tuple[int, tuple]]:
-        """``(corpus index, (sentence index, word offset, label ids))`` per example of a batch:
-        what :meth:`predicted_tags` reassembles into whole sentences."""
-        preds = self.decode(batch)
-        corpus = batch["corpus"].tolist() if "corpus" in batch else [0] * len(preds)
-        return [(c, (si, off, p))
-                for c, si, off, p in zip(corpus, batch["sentence_index"].tolist(), batch["word_offset"].tolist(), preds)]
-
     def _collect(self, stage: str, batch: dict) -> None:
+        """Keep the batch's decoded output on the device with its layout; nothing reaches the
+        host before the epoch ends (:meth:`_host_entries`)."""
         with self._full_precision():
-            entries = self.chunk_predictions(batch)
-        for c, entry in entries:
-            self._predictions[stage].setdefault(c, []).append(entry)
+            self._predictions[stage].append((self.decode(batch), layout_of(batch)))
 
-    @torch.no_grad()
+    def _host_entries(self, collected: list[tuple[torch.Tensor, BatchLayout]]) -> dict[int, list[tuple]]:
+        """Per corpus index, the :meth:`entry` of every example the epoch decoded: all outputs
+        moved to the host in one transfer."""
+        if not collected:
+            return {}
+        width = max(out.size(1) for out, _ in collected)
+        padded = [F.pad(out, (0, 0) * (out.dim() - 2) + (0, width - out.size(1))) for out, _ in collected]
+        values = iter(torch.cat(padded).tolist())
+        entries: dict[int, list[tuple]] = {}
+        for _, layout in collected:
+            for row, n_words in enumerate(layout.words):
+                entries.setdefault(layout.corpora[row], []).append(self.entry(layout, row, next(values)[:n_words]))
+        return entries
+
+    def entry(self, layout: BatchLayout, row: int, values: list) -> tuple:
+        """What :meth:`predicted_tags` reassembles of one decoded example: ``(sentence index,
+        word offset, label ids)``."""
+        return layout.sentences[row], layout.offsets[row], values
+
+    @torch.inference_mode()
     def tag(self, batches: Iterable[dict], lengths: list[int]) -> list[list[str]]:
         """IOB2 tags of whole sentences (main corpus) from their encoded batches, outside a
         Trainer (``ner_lightning.predict``); ``lengths``: words per sentence."""
         collected = []
         for batch in batches:
-            batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            batch = move_data_to_device(batch, self.device)
             with self._full_precision():
-                collected += [entry for c, entry in self.chunk_predictions(batch) if c == 0]
-        return self.predicted_tags(collected, lengths, "predict")
+                collected.append((self.decode(batch), layout_of(batch)))
+        return self.predicted_tags(self._host_entries(collected).get(0, []), lengths, "predict")
 
     def on_fit_start(self) -> None:
         self._check_framing()
@@ -294,9 +369,10 @@ class NERModule(pl.LightningModule):
         self._score("test")
 
     def _score(self, stage: str) -> None:
-        collected, self._predictions[stage] = self._predictions[stage], {}
+        batches, self._predictions[stage] = self._predictions[stage], []
         if self.trainer.sanity_checking:
             return
+        collected = self._host_entries(batches)
         dm, split = self.trainer.datamodule, SPLIT_OF_STAGE[stage]
         self.predictions[stage] = {}
         for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)

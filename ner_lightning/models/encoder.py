@@ -19,6 +19,8 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
+from ner_lightning.data.packing import PackPlan, first_fit_rows, pack_plan
+
 log = logging.getLogger(__name__)
 
 
@@ -70,72 +72,50 @@ POSITION_OFFSET = {
 
 
 class PackedBatch(NamedTuple):
-    """Encoder inputs of a packed batch and where each real sub-word of the padded batch went."""
+    """Encoder inputs of a packed batch and the plan that made them."""
 
     inputs: dict[str, torch.Tensor]
-    rows: torch.Tensor  # (N,) packed row of each real sub-word, in the padded batch's row-major order
-    cols: torch.Tensor  # (N,) its column in that row
-    real: torch.Tensor  # (B, T) bool: the real sub-words of the padded batch
+    plan: PackPlan
 
     def unpack(self, hidden: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         """Packed states ``(R, L, H)`` back to the padded layout ``(B, T, H)`` (zeros at padding)."""
-        out = hidden.new_zeros(*shape, hidden.size(-1))
-        out[self.real] = hidden[self.rows, self.cols]
-        return out
-
-
-def first_fit_rows(lengths: list[int]) -> tuple[list[int], list[int], int]:
-    """Row and start column of each sentence in rows as wide as the longest (first fit, longest
-    first), and the number of rows."""
-    capacity = max(lengths)
-    used: list[int] = []  # sub-words per row so far
-    row_of, start_of = [0] * len(lengths), [0] * len(lengths)
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        row = next((r for r, u in enumerate(used) if u + lengths[i] <= capacity), len(used))
-        if row == len(used):
-            used.append(0)
-        row_of[i], start_of[i] = row, used[row]
-        used[row] += lengths[i]
-    return row_of, start_of, len(used)
+        out = hidden.new_zeros(shape[0] * shape[1], hidden.size(-1))
+        out[self.plan.source] = hidden.reshape(-1, hidden.size(-1))[self.plan.target]
+        return out.view(*shape, hidden.size(-1))
 
 
 def computed_positions(attention_mask: torch.Tensor, pack: bool) -> int:
     """Sub-word positions the encoder computes for a batch: all of the padded batch, or the rows
-    of its packed form times their width."""
+    of its packed form times their width (asks the device for the lengths: for reports, not steps)."""
     if not pack:
         return attention_mask.numel()
     return first_fit_rows(attention_mask.sum(1).tolist())[2] * attention_mask.size(1)
 
 
 def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
-               position_offset: int = 0) -> PackedBatch:
+               position_offset: int = 0, plan: PackPlan | None = None) -> PackedBatch:
     """Pack the sentences of a right-padded batch into rows as wide as its longest sentence
-    (first fit, longest first): each keeps its own position ids and attends only to itself (a
-    block-diagonal mask per row). A transformer computes the same states as on the padded batch
-    (up to float rounding) in fewer rows, never longer ones — random training batches are about
-    half padding; length-sorted evaluation batches gain little."""
-    real = attention_mask.bool()
-    lengths = real.sum(1).tolist()
-    row_of, start_of, n_rows = first_fit_rows(lengths)
-    device = input_ids.device
-    counts = torch.tensor(lengths, device=device)
-    positions = (real.cumsum(1) - 1)[real]  # each sub-word's position in its own sentence
-    rows = torch.repeat_interleave(torch.tensor(row_of, device=device), counts)
-    cols = torch.repeat_interleave(torch.tensor(start_of, device=device), counts) + positions
-    shape = (n_rows, max(start + n for start, n in zip(start_of, lengths)))
-    ids = input_ids.new_zeros(shape)
-    ids[rows, cols] = input_ids[real]
-    position_ids = torch.zeros(shape, dtype=torch.long, device=device)
-    position_ids[rows, cols] = positions + position_offset
-    sentence = torch.arange(shape[0] * shape[1], device=device).view(shape).neg() - 1  # padding: its own block
-    sentence[rows, cols] = torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)
-    mask = (sentence.unsqueeze(2) == sentence.unsqueeze(1)).unsqueeze(1)  # (R, 1, L, L)
-    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids}
+    (first fit, longest first; ``data/packing.py``): each keeps its own position ids and attends
+    only to itself (a block-diagonal mask per row). A transformer computes the same states as on
+    the padded batch (up to float rounding) in fewer rows, never longer ones — random training
+    batches are about half padding; length-sorted evaluation batches gain little. ``plan``: the
+    batch's plan, made when it was built (``batch["pack"]``); without one it is made here from
+    the lengths, which waits for the device."""
+    if plan is None:
+        plan = pack_plan(attention_mask.sum(1).tolist(), attention_mask.size(1))
+        plan = PackPlan(*(t.to(input_ids.device) for t in plan))
+    shape = plan.block.shape
+    ids = input_ids.new_zeros(shape[0] * shape[1])
+    ids[plan.target] = input_ids.reshape(-1)[plan.source]
+    position_ids = torch.zeros(shape[0] * shape[1], dtype=torch.long, device=input_ids.device)
+    position_ids[plan.target] = plan.positions + position_offset
+    mask = (plan.block.unsqueeze(2) == plan.block.unsqueeze(1)).unsqueeze(1)  # (R, 1, L, L)
+    inputs = {"input_ids": ids.view(shape), "attention_mask": mask, "position_ids": position_ids.view(shape)}
     if token_type_ids is not None:
-        segments = token_type_ids.new_zeros(shape)
-        segments[rows, cols] = token_type_ids[real]
-        inputs["token_type_ids"] = segments
-    return PackedBatch(inputs, rows, cols, real)
+        segments = token_type_ids.new_zeros(shape[0] * shape[1])
+        segments[plan.target] = token_type_ids.reshape(-1)[plan.source]
+        inputs["token_type_ids"] = segments.view(shape)
+    return PackedBatch(inputs, plan)
 
 
 class TransformerEncoder(nn.Module):
@@ -181,15 +161,16 @@ class TransformerEncoder(nn.Module):
         self.position_offset = POSITION_OFFSET.get(model_type, lambda config: 0)(self.model.config)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, pack: PackPlan | None = None) -> torch.Tensor:
         """``token_type_ids``: segment ids of a (query, sentence) pair (MRC); dropped for encoders
-        without segment embeddings (RoBERTa's type_vocab_size is 1)."""
+        without segment embeddings (RoBERTa's type_vocab_size is 1). ``pack``: the batch's packing
+        plan (used under ``model.pack``)."""
         if token_type_ids is not None and getattr(self.model.config, "type_vocab_size", 0) <= 1:
             token_type_ids = None
         if not self.pack:
             kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
-        packed = pack_batch(input_ids, attention_mask, token_type_ids, self.position_offset)
+        packed = pack_batch(input_ids, attention_mask, token_type_ids, self.position_offset, pack)
         hidden = self.model(**packed.inputs).last_hidden_state
         return packed.unpack(hidden, input_ids.shape)
 

@@ -22,7 +22,7 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.losses import TokenLoss
-from ner_lightning.models.base import NERModule
+from ner_lightning.models.base import NERModule, layout_of
 from ner_lightning.models.encoder import TransformerEncoder
 
 
@@ -43,14 +43,14 @@ class SoftmaxHead(nn.Module):
         """Class weights from training label counts (the weighted losses; no-op for others)."""
         self.token_loss.fit_counts(counts)
 
-    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor,
+             word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
         logits = self.scores(states, word_mask)
         rows = torch.arange(word_mask.size(0), device=word_mask.device)[:, None].expand_as(word_mask)
         return self.token_loss(logits[word_mask], labels[word_mask], sentence=rows[word_mask])
 
-    def decode(self, states: torch.Tensor, word_mask: torch.Tensor) -> list[list[int]]:
-        best = self.scores(states, word_mask).argmax(-1)
-        return [row[m].tolist() for row, m in zip(best, word_mask)]
+    def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
+        return self.scores(states, word_mask).argmax(-1)
 
 
 class CRFHead(nn.Module):
@@ -73,27 +73,61 @@ class CRFHead(nn.Module):
         self.register_buffer("start_ok", start_ok, persistent=False)
         self.register_buffer("trans_ok", trans_ok, persistent=False)
 
-    def scores(self, states: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+    def scores(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...] | None = None
+               ) -> torch.Tensor:
+        """Emissions; ``word_counts`` (words per row, known on the host) spares the BiLSTM asking
+        the device for the lengths."""
         states = self.dropout(states)
         if self.lstm is not None:
-            lengths = word_mask.sum(1).cpu()
-            packed = pack_padded_sequence(states, lengths, batch_first=True, enforce_sorted=False)
+            counts = word_counts if word_counts is not None else tuple(word_mask.sum(1).tolist())
+            order = sorted(range(len(counts)), key=lambda i: -counts[i])  # longest first, sorted on the host
+            back = sorted(range(len(order)), key=order.__getitem__)
+            to_order, to_back = (torch.tensor(x).to(states.device, non_blocking=True) for x in (order, back))
+            packed = pack_padded_sequence(states.index_select(0, to_order), torch.tensor([counts[i] for i in order]),
+                                          batch_first=True, enforce_sorted=True)
             states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=states.size(1))
+            states = states.index_select(0, to_back)
         return self.emit(states)
 
     def fit_counts(self, counts: torch.Tensor) -> None:
         """The CRF's likelihood has no class weights."""
 
-    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor,
+             word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
         tags = labels.clamp(min=0)  # padding words are masked out by the CRF
-        return -self.crf(self.scores(states, word_mask), tags, mask=word_mask, reduction="mean")
+        return -crf_log_likelihood(self.crf, self.scores(states, word_mask, word_counts), tags, word_mask).mean()
 
-    def decode(self, states: torch.Tensor, word_mask: torch.Tensor) -> list[list[int]]:
+    def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
         start, trans = self.crf.start_transitions, self.crf.transitions
         if self.constrain_transitions:
             start = start.masked_fill(~self.start_ok, NEG)
             trans = trans.masked_fill(~self.trans_ok, NEG)
-        return viterbi_decode(self.scores(states, word_mask), word_mask, start, self.crf.end_transitions, trans)
+        emissions = self.scores(states, word_mask, word_counts)
+        return viterbi_decode(emissions, word_mask, start, self.crf.end_transitions, trans)
+
+
+def crf_log_likelihood(crf: CRF, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-likelihood of each sentence's tags under a linear-chain CRF (MUNCHABLES eq. 7): the
+    path's score minus the log-partition, computed as ``torchcrf.CRF(batch_first=True)(emissions,
+    tags, mask, reduction="none")`` computes it (same operations in the same order) without its
+    input checks, whose ``mask[:, 0].all()`` waits for the device at every step. ``emissions (B,
+    T, K)``; ``mask (B, T)`` with each sentence's words first (collated batches always are)."""
+    emissions, tags, on = emissions.transpose(0, 1), tags.transpose(0, 1), mask.transpose(0, 1)
+    length, batch = tags.shape
+    rows = torch.arange(batch, device=tags.device)
+    weight = on.float()
+    score = crf.start_transitions[tags[0]]
+    score += emissions[0, rows, tags[0]]
+    for i in range(1, length):
+        score += crf.transitions[tags[i - 1], tags[i]] * weight[i]
+        score += emissions[i, rows, tags[i]] * weight[i]
+    score += crf.end_transitions[tags[weight.long().sum(dim=0) - 1, rows]]
+    partition = crf.start_transitions + emissions[0]
+    for i in range(1, length):
+        step = torch.logsumexp(partition.unsqueeze(2) + crf.transitions + emissions[i].unsqueeze(1), dim=1)
+        partition = torch.where(on[i].unsqueeze(1), step, partition)
+    partition += crf.end_transitions
+    return score - torch.logsumexp(partition, dim=1)
 
 
 class HeadModule(NERModule):
@@ -134,37 +168,38 @@ class HeadModule(NERModule):
         for name in self.corpus_names[1:]:
             self.heads[name].fit_counts(dm.aux_label_counts(name))
 
-    def _rows(self, batch: dict) -> list[tuple[str, torch.Tensor | None]]:
-        """(corpus name, row mask or None for all rows) of each corpus present in the batch."""
-        corpus = batch.get("corpus")
-        if corpus is None:
-            return [(MAIN, None)]
-        present = corpus.unique().tolist()
+    def _rows(self, batch: dict) -> list[tuple[str, torch.Tensor | None, tuple[int, ...]]]:
+        """(corpus name, row mask or None for all rows, words per row) of each corpus present in
+        the batch, from its layout (known on the host)."""
+        layout = layout_of(batch)
+        present = sorted(set(layout.corpora))
         if len(present) == 1:
-            return [(self.corpus_names[present[0]], None)]
-        return [(self.corpus_names[c], corpus == c) for c in present]
+            return [(self.corpus_names[present[0]], None, layout.words)]
+        return [(self.corpus_names[c], batch["corpus"] == c,
+                 tuple(n for n, k in zip(layout.words, layout.corpora) if k == c)) for c in present]
 
     def training_loss(self, batch: dict) -> torch.Tensor:
         states, labels, mask = self.word_states(batch), self.word_labels(batch), batch["word_mask"]
         total = states.new_zeros(())
-        for name, rows in self._rows(batch):
+        for name, rows, words in self._rows(batch):
             if rows is None:
-                loss, share = self.heads[name].loss(states, labels, mask), 1.0
+                loss, share = self.heads[name].loss(states, labels, mask, words), 1.0
             else:
-                loss = self.heads[name].loss(states[rows], labels[rows], mask[rows])
-                share = float(rows.sum()) / rows.numel()
+                loss = self.heads[name].loss(states[rows], labels[rows], mask[rows], words)
+                share = len(words) / rows.numel()
             total = total + share * loss
             self.epoch_losses.setdefault(name, []).append(loss.detach())  # no host sync per step
         return total
 
-    def decode(self, batch: dict) -> list[list[int]]:
+    def decode(self, batch: dict) -> torch.Tensor:
         states, mask = self.word_states(batch), batch["word_mask"]
-        out: list[list[int] | None] = [None] * mask.size(0)
-        for name, rows in self._rows(batch):
-            index = range(mask.size(0)) if rows is None else rows.nonzero().flatten().tolist()
-            sub = (states, mask) if rows is None else (states[rows], mask[rows])
-            for i, ids in zip(index, self.heads[name].decode(*sub)):
-                out[i] = ids
+        parts = self._rows(batch)
+        if len(parts) == 1:
+            name, _, words = parts[0]
+            return self.heads[name].decode(states, mask, words)
+        out = torch.zeros(mask.shape, dtype=torch.long, device=mask.device)
+        for name, rows, words in parts:
+            out[rows] = self.heads[name].decode(states[rows], mask[rows], words)
         return out
 
     def on_train_epoch_start(self) -> None:
@@ -176,6 +211,7 @@ class HeadModule(NERModule):
         return float(torch.stack(losses).mean()) if losses else None
 
     def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
         if len(self.corpus_names) > 1:
             for name in self.epoch_losses:
                 self.log(f"train/loss_{name}", self.epoch_loss(name))

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ner_lightning.data.alignment import SPAN_TAGS
+from ner_lightning.data.alignment import SPAN_TAGS, BatchLayout
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.losses import TokenLoss
@@ -83,18 +83,15 @@ class MRCModule(NERModule):
         losses = [self.token_loss(logits[:, 2 * k : 2 * k + 2], y, sentence=rows) for k, y in enumerate(targets)]
         return sum(losses) / len(losses)
 
-    def decode(self, batch: dict) -> list[list[list[float]]]:
-        """Per example and word: [P(inside)] or [P(start), P(end)] (decoded into spans once the
-        whole sentence is collected, see :meth:`predicted_tags`)."""
+    def decode(self, batch: dict) -> torch.Tensor:
+        """Per example and word, ``(B, W, 1)`` P(inside) or ``(B, W, 2)`` P(start), P(end), on the
+        device (decoded into spans once the whole sentence is collected, :meth:`predicted_tags`)."""
         logits = self.logits(batch)
-        probs = torch.stack([logits[..., k : k + 2].softmax(-1)[..., 1] for k in range(0, logits.size(-1), 2)], -1)
-        return [row[m].tolist() for row, m in zip(probs, batch["word_mask"])]
+        return torch.stack([logits[..., k : k + 2].softmax(-1)[..., 1] for k in range(0, logits.size(-1), 2)], -1)
 
-    def chunk_predictions(self, batch: dict) -> list[tuple[int, tuple]]:
-        """``(0, (sentence index, word offset, type index, answers))`` per (chunk, queried type)."""
-        probs = self.decode(batch)
-        keys = zip(batch["sentence_index"].tolist(), batch["word_offset"].tolist(), batch["type_index"].tolist())
-        return [(0, (si, off, ti, p)) for (si, off, ti), p in zip(keys, probs)]
+    def entry(self, layout: BatchLayout, row: int, values: list) -> tuple:
+        """``(sentence index, word offset, type index, answers)`` of one (chunk, queried type)."""
+        return layout.sentences[row], layout.offsets[row], layout.types[row], values
 
     def predicted_tags(self, collected: list, lengths: list[int], stage: str,
                        id2label: dict[int, str] | None = None) -> list[list[str]]:

@@ -87,10 +87,8 @@ class OneVsAllModule(AUCMinMax, NERModule):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + len(self.label_steps))
         return [sorted(torch.randperm(len(self.label_set), generator=g)[: self.m].tolist())]
 
-    def decode(self, batch: dict) -> list[list[int]]:
-        scores = torch.sigmoid(self.heads(self.word_states(batch)))
-        best = scores.argmax(-1)  # eq. 2
-        return [row[m].tolist() for row, m in zip(best, batch["word_mask"])]
+    def decode(self, batch: dict) -> torch.Tensor:
+        return torch.sigmoid(self.heads(self.word_states(batch))).argmax(-1)  # eq. 2
 
     # --- optimisation ------------------------------------------------------------------------------
     def optimisation_steps(self, batch: dict) -> list[Step]:

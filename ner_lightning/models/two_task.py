@@ -40,10 +40,7 @@ CE_HEADS = ("two_task", "separate")
 def two_task_decode(entity: torch.Tensor, begin: torch.Tensor, threshold: float) -> torch.Tensor:
     """Algorithm 1: entity ∧ begin -> B (1), entity ∧ ¬begin -> I (2), else O (0)."""
     e, b = entity >= threshold, begin >= threshold
-    out = torch.zeros_like(entity, dtype=torch.long)
-    out[e & b] = 1
-    out[e & ~b] = 2
-    return out
+    return torch.where(e, torch.where(b, 1, 2), 0)
 
 
 def two_task_targets(word_labels: torch.Tensor, label_set: LabelSet) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +147,6 @@ class TwoTaskModule(AUCMinMax, NERModule):
         """Eq. 4: AUC_M(entity) + λ·AUC_M(begin) on real words only (boolean-indexed)."""
         return aucm(self.auc[0], s[:, 0], entity) + self.lam * aucm(self.auc[1], s[:, 1], begin)
 
-    def decode(self, batch: dict) -> list[list[int]]:
+    def decode(self, batch: dict) -> torch.Tensor:
         s = self.task_scores(self.word_states(batch))
-        tags = two_task_decode(s[..., 0], s[..., 1], self.threshold)
-        return [row[m].tolist() for row, m in zip(tags, batch["word_mask"])]
+        return two_task_decode(s[..., 0], s[..., 1], self.threshold)
