@@ -23,8 +23,8 @@ def register_resolvers() -> None:
     resolvers = {
         "repo_root": lambda: str(REPO_ROOT), "package_dir": _package_dir,
         "if_null": lambda value, default: default if value is None else value,
-        "sweep_cell": _sweep_cell, "parallel_jobs": _parallel_jobs, "best_precision": _best_precision,
-        "fused_adamw": _fused_adamw, "at_most": _at_most, "folder_name": _folder_name, "cell_run_id": _cell_run_id,
+        "sweep_cell": _sweep_cell, "parallel_jobs": _parallel_jobs, "cells_per_gpu": _cells_per_gpu, "best_precision": _best_precision,
+        "fused_adamw": _fused_adamw, "eval_batch_tokens": _eval_batch_tokens, "at_most": _at_most, "folder_name": _folder_name, "cell_run_id": _cell_run_id,
         "sweep_name": _sweep_name,
     }
     for name, resolver in resolvers.items():
@@ -81,13 +81,15 @@ def _sweep_cell(job_num) -> int:
 def _best_precision(accelerator: str = "auto", model=None, stage: str = "train") -> str:
     """``${best_precision:accelerator,${model},train|eval}``: measured (ner_lightning/precision.py);
     without a model, the flags' rule (``${best_precision:cpu}``)."""
-    if model is None:
-        from ner_lightning.hardware import best_precision
-
-        return best_precision(accelerator)
     from ner_lightning.precision import best_precision
 
     return best_precision(accelerator, model, stage)
+
+
+def _eval_batch_tokens(accelerator: str = "auto") -> int | None:
+    from ner_lightning.hardware import eval_batch_tokens
+
+    return eval_batch_tokens(accelerator)
 
 
 def _fused_adamw(precision: str) -> bool:
@@ -96,10 +98,16 @@ def _fused_adamw(precision: str) -> bool:
     return fused_adamw(precision)
 
 
-def _parallel_jobs() -> int:
+def _parallel_jobs(cells_per_gpu: int = 1) -> int:
     from ner_lightning.sweep.devices import default_parallel_jobs
 
-    return default_parallel_jobs()
+    return default_parallel_jobs(cells_per_gpu)
+
+
+def _cells_per_gpu() -> int:
+    from ner_lightning.sweep.devices import default_cells_per_gpu
+
+    return default_cells_per_gpu()
 
 
 def compose_config(overrides: list[str], output_dir: str | Path):
@@ -208,6 +216,7 @@ CHECKED_KEYS = {
     "init_seed": ((int,), "an int"),
     "data.batch_size": ((int,), "an int >= 1"),
     "data.eval_batch_size": ((int,), "an int >= 1"),
+    "data.eval_batch_tokens": ((int,), "an int >= 1 (padded sub-word positions per evaluation batch), or null"),
     "optimizer.lr": ((int, float), "a number > 0"),
 }
 

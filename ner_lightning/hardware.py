@@ -1,5 +1,5 @@
-"""Which precisions this machine runs natively (the candidates ``ner_lightning.precision``
-measures; ``${best_precision:cpu}`` without a model is this flags' rule), and two process
+"""Which precisions this machine runs natively (the flags behind the candidates
+``ner_lightning.precision`` measures), the Trainer's precision plugin, and two process
 settings of a cell: the C library's heap (``malloc_top_pad_mb``, :func:`reserve_heap`) and
 torch's fill of new tensors under deterministic algorithms (``fill_uninitialized_memory``,
 :func:`fill_uninitialized_memory`).
@@ -42,19 +42,15 @@ def uses_gpu(accelerator: str) -> bool:
     return accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
 
 
-def precision_choice(accelerator: str = "auto") -> tuple[str, str]:
-    """``(Lightning precision, why)`` by the flags alone: the lowest precision worth measuring
-    (``ner_lightning.precision.candidates``) — what ``${best_precision:<accelerator>}`` without a
-    model gives."""
-    from ner_lightning.precision import candidates
-
-    names, why = candidates(accelerator)
-    return names[1] if len(names) > 1 else names[0], why
+GPU_EVAL_BATCH_TOKENS = 32768  # padded sub-word positions per evaluation batch on a GPU
 
 
-def best_precision(accelerator: str = "auto") -> str:
-    """Resolver ``${best_precision:<accelerator>}``."""
-    return precision_choice(str(accelerator))[0]
+def eval_batch_tokens(accelerator: str = "auto") -> int | None:
+    """Resolver ``${eval_batch_tokens:${trainer.accelerator}}`` (``data.eval_batch_tokens``): on a
+    GPU, evaluation batches as large as ``GPU_EVAL_BATCH_TOKENS`` padded sub-words (a few hundred
+    sentences: batches of 64 short sentences leave a GPU launch-bound); on a CPU, None —
+    ``data.eval_batch_size`` sentences per batch, where larger batches gain nothing."""
+    return GPU_EVAL_BATCH_TOKENS if uses_gpu(str(accelerator)) else None
 
 
 def fused_adamw(precision: str) -> bool:

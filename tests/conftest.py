@@ -11,8 +11,11 @@ from ner_lightning.config import REPO_ROOT, compose_config  # noqa: F401  (re-ex
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Measured precisions go to a cache of the test session, not the user's (ner_lightning/precision.py).
-os.environ.setdefault("NER_LIGHTNING_CACHE", tempfile.mkdtemp(prefix="ner_lightning_cache_"))
+# Measured precisions go to a cache of the test session, never the user's (ner_lightning/precision.py),
+# even where the user set NER_LIGHTNING_CACHE; no choice is inherited from the calling shell.
+USER_CACHE = os.environ.get("NER_LIGHTNING_CACHE")
+os.environ["NER_LIGHTNING_CACHE"] = tempfile.mkdtemp(prefix="ner_lightning_cache_")
+os.environ.pop("NER_LIGHTNING_PRECISION", None)
 
 # Sentences written for these tests (not taken from any corpus).
 TOY_SENTENCES = [
@@ -90,6 +93,9 @@ def cpu_without_native_bf16(monkeypatch):
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2"}))
     monkeypatch.setattr(precision, "_memo", {})
+    os.environ.pop(precision.ENV, None)
+    yield
+    os.environ.pop(precision.ENV, None)  # an untrusted choice a test made never reaches the next
 
 
 GENE = [[("BRCA1", "B-GENE"), ("binds", "O"), ("p53", "B-GENE"), ("protein", "I-GENE")],

@@ -72,3 +72,24 @@ def test_collate_pads_with_ignore_index(tokenizer):
     assert (batch["labels"][shortest, k:] == IGNORE_INDEX).all()
     assert (batch["attention_mask"][shortest, k:] == 0).all()
     assert batch["word_mask"].sum().item() == sum(f.n_words for f in feats)
+
+
+def test_evaluation_batches_by_a_token_budget():
+    """Sorted by length, cut where one more sentence would make rows x longest exceed the budget;
+    every sentence once; without a budget, eval_batch_size sentences a batch."""
+    from ner_lightning.data.datamodule import sorted_batches
+
+    lengths = [5, 9, 3, 3, 12, 7, 4, 30, 8, 6]
+    batches = sorted_batches(lengths, 4, lambda items: list(items), length=lambda n: n, max_tokens=24)
+    assert batches == [[3, 3, 4, 5], [6, 7, 8], [9, 12], [30]]  # 4x5=20, 3x8=24, 2x12=24, one too long alone
+    assert all(len(b) * max(b) <= 24 for b in batches[:-1])
+    assert sorted_batches(lengths, 4, list, length=lambda n: n) == [[3, 3, 4, 5], [6, 7, 8, 9], [12, 30]]
+
+
+def test_the_evaluation_budget_is_sized_for_the_device(monkeypatch, tmp_path):
+    from ner_lightning import hardware
+    from ner_lightning.config import compose_config
+
+    assert compose_config(["trainer=cpu"], tmp_path).data.eval_batch_tokens is None
+    monkeypatch.setattr(hardware, "uses_gpu", lambda accelerator: True)
+    assert compose_config([], tmp_path).data.eval_batch_tokens == hardware.GPU_EVAL_BATCH_TOKENS

@@ -14,15 +14,19 @@ def flags(monkeypatch):
 
 
 def test_cpu_with_avx512_bf16_or_amx_gets_bf16(flags):
+    from ner_lightning import precision
+
     flags("avx2", "avx512f", "avx512_bf16")
-    assert hardware.precision_choice("cpu") == ("bf16-mixed", "the CPU has avx512_bf16")
+    assert precision.flags_choice("cpu") == ("bf16-mixed", "the CPU has avx512_bf16")
     flags("amx_bf16", "amx_tile")
-    assert hardware.best_precision("auto") == "bf16-mixed"
+    assert precision.best_precision("auto") == "bf16-mixed"
 
 
 def test_cpu_without_native_bf16_stays_fp32(flags):
+    from ner_lightning import precision
+
     flags("avx", "avx2", "avx512f")  # AVX-512 without its BF16 extension: emulated, slower
-    best, why = hardware.precision_choice("cpu")
+    best, why = precision.flags_choice("cpu")
     assert best == "32-true" and "no native bf16" in why
 
 
@@ -69,8 +73,10 @@ def test_eval_precision_auto_uses_bf16_for_evaluation_only_where_native(cpu, fla
     from tests.helpers import train
 
     flags(cpu)
-    monkeypatch.setattr(precision, "measure", lambda model, name, device: {  # bf16 measured 2x faster
-        "train_tok_s": 100.0, "eval_tok_s": 100.0 if name == "32-true" else 200.0})
+    monkeypatch.setattr(precision, "machine_load", lambda: (0.0, 2))
+    monkeypatch.setattr(precision, "measure_rounds", lambda model, names, device: {  # bf16 measured 2x faster
+        "rates": {name: {"train": [100.0] * precision.ROUNDS, "eval": [100.0 if name == "32-true" else 200.0] * 5}
+                  for name in names}, "cpu_share": 1.0})
     seen = _spy_linear_dtypes(monkeypatch)
     results = train(toy_cfg("trainer.max_epochs=1"))
     evaluation = torch.bfloat16 if cpu == "avx512_bf16" else torch.float32

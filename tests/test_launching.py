@@ -63,6 +63,43 @@ def test_slots_map_to_distinct_gpus(n_gpus, n_jobs, expected):
     assert [d["index"] for d in got] == expected and {d["accelerator"] for d in got} == {"gpu"}
 
 
+def test_cells_per_gpu_puts_that_many_slots_on_each_gpu(caplog):
+    got = [devices.device_for_slot(s, 2, 8, cores=16, cells_per_gpu=4) for s in range(8)]
+    assert [d["index"] for d in got] == [0, 1] * 4 and not caplog.records  # as asked: no warning
+    devices.device_for_slot(0, 2, 9, cores=16, cells_per_gpu=4)
+    assert "9 > 2 GPUs x cells_per_gpu=4" in caplog.text
+
+
+def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatch, tmp_path):
+    """hydra/launcher=parallel composes n_jobs = GPUs x cells_per_gpu (default by GPU memory),
+    and the launcher keeps cells_per_gpu out of joblib's arguments."""
+    import torch
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import instantiate
+    from types import SimpleNamespace
+
+    from ner_lightning.config import CONFIG_DIR, register_resolvers
+
+    register_resolvers()
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        launcher_cfg = compose("config", overrides=["hydra/launcher=parallel"], return_hydra_config=True).hydra.launcher
+        assert (launcher_cfg.cells_per_gpu, launcher_cfg.n_jobs) == (4, 8)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=12 * 2**30))
+        small = compose("config", overrides=["hydra/launcher=parallel"], return_hydra_config=True).hydra.launcher
+        assert (small.cells_per_gpu, small.n_jobs) == (1, 2)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
+        launcher = instantiate(launcher_cfg)
+        assert launcher.cells_per_gpu == 4 and "cells_per_gpu" not in launcher.joblib and launcher.joblib["n_jobs"] == 8
+        with pytest.raises(Exception, match="cells_per_gpu=0: give an int >= 1"):  # hydra wraps the ValueError
+            instantiate(compose("config", overrides=["hydra/launcher=parallel", "hydra.launcher.cells_per_gpu=0"],
+                                return_hydra_config=True).hydra.launcher)
+    GlobalHydra.instance().clear()
+
+
 def test_cpu_slots_share_the_cores():
     assert devices.device_for_slot(1, 0, n_jobs=2, cores=2) == {"accelerator": "cpu", "index": None, "slot": 1, "threads": 1}
     assert devices.device_for_slot(0, 0, n_jobs=4, cores=16)["threads"] == 4
@@ -154,6 +191,23 @@ def test_sweep_status_cli_counts_cells_and_exits_nonzero_until_done(tmp_path, ca
     write_json_atomic(tmp_path / "0_loss=ce" / "results.json", {"status": "ok", "config_sha256": "other"})
     main(["status", str(tmp_path)])
     assert "0 done" in capsys.readouterr().out  # results of another config do not count
+
+
+def test_sweep_status_shows_where_cells_run(tmp_path, capsys):
+    """With several cells per GPU, the status says how many run on each GPU, and --cells where each runs."""
+    from ner_lightning.sweep.__main__ import main
+
+    manifest = {"cells": [{"cell": k, "overrides": [f"partition={k}"], "dir": f"{k}_partition={k}", "config_sha256": "h"}
+                          for k in range(4)], "invocations": [{"started": "t"}]}
+    write_json_atomic(tmp_path / "manifest.json", manifest)
+    me = {"host": os.uname().nodename, "pid": os.getpid()}
+    for k, (gpu, slot) in enumerate([(0, 0), (1, 1), (0, 2)]):
+        (tmp_path / f"{k}_partition={k}").mkdir()
+        write_json_atomic(tmp_path / f"{k}_partition={k}" / "cell.json",
+                          {**me, "device": {"accelerator": "gpu", "index": gpu, "slot": slot}})
+    main(["status", str(tmp_path), "--cells"])
+    out = capsys.readouterr().out
+    assert "running: gpu 0 x2, gpu 1 x1" in out and "[gpu 1, slot 1]" in out
 
 
 def test_status_of_a_restarted_sweep_stopped_while_composing_its_grid(tmp_path):

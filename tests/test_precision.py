@@ -16,15 +16,21 @@ def tiny(toy_cfg):
 
 @pytest.fixture
 def timing(monkeypatch, flags):
-    """A CPU with AVX-512 BF16 whose measured rates the test sets; counts the measurements."""
+    """A CPU with AVX-512 BF16 on an idle machine whose measured rates the test sets (the same in
+    every round unless a test sets per-round lists); counts the measurements per candidate."""
     flags("avx512_bf16")
     rates, calls = {}, []
 
-    def measure(model, name, device):
-        calls.append(name)
-        return {"train_tok_s": rates[name][0], "eval_tok_s": rates[name][1]}
+    def measure_rounds(model, names, device):
+        calls.extend(names)
+        def rounds(value):
+            return list(value) if isinstance(value, (list, tuple)) and len(value) == precision.ROUNDS else \
+                [value] * precision.ROUNDS
+        return {"rates": {n: {"train": rounds(rates[n][0]), "eval": rounds(rates[n][1])} for n in names},
+                "cpu_share": 1.0}
 
-    monkeypatch.setattr(precision, "measure", measure)
+    monkeypatch.setattr(precision, "measure_rounds", measure_rounds)
+    monkeypatch.setattr(precision, "machine_load", lambda: (0.1, 2))
     return rates, calls
 
 
@@ -72,14 +78,14 @@ def test_two_processes_measuring_at_once_measure_once_and_agree(timing, tiny, mo
 
     rates, calls = timing
     monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
-    measure = precision.measure
+    measure = precision.measure_rounds
 
-    def slow_measure(model, name, device):  # each measurement sees other rates: a racing pair would disagree
+    def slow_measure(model, names, device):  # each measurement sees other rates: a racing pair would disagree
         time.sleep(0.2)
-        rates.update({"32-true": (100, 100), "bf16-mixed": (300, 300) if len(calls) < 2 else (50, 50)})
-        return measure(model, name, device)
+        rates.update({"32-true": (100, 100), "bf16-mixed": (300, 300) if not calls else (50, 50)})
+        return measure(model, names, device)
 
-    monkeypatch.setattr(precision, "measure", slow_measure)
+    monkeypatch.setattr(precision, "measure_rounds", slow_measure)
     chosen = []
 
     def sweep():
@@ -96,7 +102,7 @@ def test_two_processes_measuring_at_once_measure_once_and_agree(timing, tiny, mo
 
 def test_without_native_bf16_nothing_is_measured(flags, tiny, monkeypatch):
     flags("avx2")
-    monkeypatch.setattr(precision, "measure", lambda *a: pytest.fail("measured"))
+    monkeypatch.setattr(precision, "measure_rounds", lambda *a: pytest.fail("measured"))
     assert precision.best_precision("cpu", tiny, "train") == "32-true"
 
 
@@ -110,9 +116,18 @@ def test_every_cell_of_a_sweep_resolves_the_same_precision(timing, toy_cfg, monk
     assert {c.trainer.precision for c in cells} == {"bf16-mixed"} and calls == ["32-true", "bf16-mixed"]
 
 
-def test_the_measurement_runs_the_real_encoder(tiny):
-    figures = precision.measure(tiny, "32-true", "cpu")
-    assert set(figures) == {"train_tok_s", "eval_tok_s"} and all(0 < v < float("inf") for v in figures.values())
+def test_the_measurement_runs_the_real_encoder_in_interleaved_timed_rounds(tiny, monkeypatch):
+    import time
+
+    monkeypatch.setattr(precision, "ROUND_S", 0.05)
+    t0 = time.perf_counter()
+    out = precision.measure_rounds(tiny, ["32-true", "bf16-mixed"], "cpu")
+    assert time.perf_counter() - t0 >= 2 * 2 * precision.ROUNDS * 0.05  # every round lasted its minimum
+    for name in ("32-true", "bf16-mixed"):
+        for stage in ("train", "eval"):
+            rounds = out["rates"][name][stage]
+            assert len(rounds) == precision.ROUNDS and all(0 < v < float("inf") for v in rounds)
+    assert 0 < out["cpu_share"]
 
 
 def test_processes_with_other_thread_counts_read_the_same_choice(timing, tiny, monkeypatch, tmp_path):
@@ -144,7 +159,96 @@ def test_a_gpu_precision_is_never_measured_on_a_cpu(tiny, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(precision, "measure", lambda *a: pytest.fail("measured"))
+    monkeypatch.setattr(precision, "measure_rounds", lambda *a: pytest.fail("measured"))
     with pytest.raises(ValueError, match="trainer.precision=bf16-mixed callbacks.eval_precision.precision="):
         precision.best_precision("gpu", tiny, "train")
     assert precision.candidates("auto")[0][0] == "32-true"  # auto on a CPU machine: its CPU
+
+
+@pytest.mark.parametrize("busy", ["load", "cpu_share"])
+def test_a_busy_machine_neither_picks_the_slower_precision_nor_caches(timing, tiny, monkeypatch, tmp_path, busy):
+    """The issue's case: measured while another job ran, bf16 (really 3x faster) looked slower.
+    Busy by the load average or by the process's CPU share: fp32 (the safe choice) is used for
+    now, nothing is cached, and the next measurement on an idle machine is cached."""
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    rates.update({"32-true": (549, 549), "bf16-mixed": (336, 336)})  # what the busy machine measured
+    if busy == "load":
+        monkeypatch.setattr(precision, "machine_load", lambda: (2.7, 2))
+    else:
+        real = precision.measure_rounds
+        monkeypatch.setattr(precision, "measure_rounds", lambda *a: {**real(*a), "cpu_share": 0.41})
+    entry = precision.calibration("cpu", tiny)
+    assert (entry["train"], entry["eval"]) == ("32-true", "32-true") and "not cached" in entry["why"]
+    assert not (tmp_path / "precision.json").exists()
+    monkeypatch.setattr(precision, "_memo", {})  # a later process, the machine idle again
+    monkeypatch.delenv(precision.ENV)
+    monkeypatch.setattr(precision, "machine_load", lambda: (0.1, 2))
+    monkeypatch.setattr(precision, "measure_rounds", timing_rounds(rates))
+    rates.update({"32-true": (7375, 7375), "bf16-mixed": (23845, 23845)})  # idle: bf16 3.2x
+    assert precision.calibration("cpu", tiny)["eval"] == "bf16-mixed"
+    assert json.loads((tmp_path / "precision.json").read_text())  # cached now
+
+
+def timing_rounds(rates):
+    def measure_rounds(model, names, device):
+        return {"rates": {n: {"train": [rates[n][0]] * precision.ROUNDS, "eval": [rates[n][1]] * precision.ROUNDS}
+                          for n in names}, "cpu_share": 1.0}
+    return measure_rounds
+
+
+def test_rounds_that_disagree_are_not_cached_and_children_inherit_the_choice(timing, tiny, monkeypatch, tmp_path):
+    """Launch-bound noise (the H200's calibration batch): the rounds flip between fp32 and bf16.
+    Not cached; a process the sweeper starts (same environment) reads the same choice instead of
+    measuring again and perhaps choosing otherwise (the cell's identity was composed with it)."""
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    rates.update({"32-true": (100, [100, 100, 100, 100, 100]), "bf16-mixed": (100, [160, 60, 150, 70, 140])})
+    entry = precision.calibration("cpu", tiny)
+    assert entry["eval"] == "32-true" and "only 3 of 5 rounds chose bf16-mixed" in entry["why"]
+    assert not (tmp_path / "precision.json").exists() and len(calls) == 2
+    monkeypatch.setattr(precision, "_memo", {})  # a worker process started by this one
+    assert precision.calibration("cpu", tiny)["eval"] == "32-true" and len(calls) == 2
+
+
+def test_measure_force_keeps_the_cached_entry_when_the_new_measurement_is_untrusted(timing, tiny, monkeypatch,
+                                                                                     tmp_path):
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    rates.update({"32-true": (100, 100), "bf16-mixed": (300, 300)})
+    assert precision.calibration("cpu", tiny)["train"] == "bf16-mixed"
+    before = (tmp_path / "precision.json").read_text()
+    monkeypatch.setattr(precision, "machine_load", lambda: (5.0, 2))
+    rates.update({"bf16-mixed": (30, 30)})
+    entry = precision.calibration("cpu", tiny, force=True)
+    assert entry["train"] == "bf16-mixed" and "the cached entry" in entry["why"] and len(calls) == 4
+    assert (tmp_path / "precision.json").read_text() == before
+    monkeypatch.setattr(precision, "machine_load", lambda: (0.1, 2))
+    rates.update({"bf16-mixed": (90, 90)})  # idle and really slower now (say, another torch): replaced
+    assert precision.calibration("cpu", tiny, force=True)["train"] == "32-true"
+    assert "32-true" in (tmp_path / "precision.json").read_text()
+
+
+def test_the_command_shows_measures_and_clears_the_cache(timing, monkeypatch, tmp_path, capsys):
+    rates, calls = timing
+    monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
+    rates.update({"32-true": (1465, 10183), "bf16-mixed": (1065, 5995)})
+    assert precision.main(["measure", "--model", "tiny", "--accelerator", "cpu"]) == 0
+    assert "training 32-true, evaluation 32-true" in capsys.readouterr().out
+    assert precision.main(["show"]) == 0
+    shown = capsys.readouterr().out
+    assert "1 entry" in shown and "tiny-random-bert: training 32-true" in shown and "10,183" in shown
+    assert precision.main(["clear"]) == 0 and not (tmp_path / "precision.json").exists()
+
+
+def test_the_test_session_never_writes_the_users_cache():
+    """conftest points the cache at a folder of its own whatever the user set."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from tests.conftest import USER_CACHE
+
+    session = Path(os.environ["NER_LIGHTNING_CACHE"])
+    assert session.is_relative_to(Path(tempfile.gettempdir())) and session.name.startswith("ner_lightning_cache_")
+    assert USER_CACHE is None or Path(USER_CACHE) != session

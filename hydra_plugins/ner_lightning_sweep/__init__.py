@@ -1,6 +1,6 @@
 """Hydra loads sweepers and launchers only from classes defined in the ``hydra_plugins``
 namespace: these name ours, which live in ``ner_lightning/sweep/`` (conf/hydra/sweeper/grid.yaml,
-conf/hydra/launcher/local.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
+conf/hydra/launcher/local.yaml, parallel.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
 from ner_lightning.sweep import launchers, optuna, sweeper
 
 
@@ -10,6 +10,10 @@ class GridSweeper(sweeper.GridSweeper):
 
 class LocalLauncher(launchers.LocalLauncher):
     """See :class:`ner_lightning.sweep.launchers.LocalLauncher`."""
+
+
+class ParallelLauncher(launchers.ParallelLauncher):
+    """See :class:`ner_lightning.sweep.launchers.ParallelLauncher`."""
 
 
 class OptunaSweeper(optuna.OptunaSweeper):

@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader, Sampler
 
 from ner_lightning.data.alignment import SPAN_TAGS, Feature, QueryAligner, SubwordAligner, collate_features
@@ -91,11 +92,20 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 MAIN = "main"  # the head / corpus key of the main corpus
 
 
-def sorted_batches(items: list, batch_size: int, collate, length=lambda f: len(f.input_ids)) -> list[dict]:
-    """Evaluation batches: ``items`` sorted by length, cut at ``batch_size``, collated once (far
-    less padding than file order; the same batches for a split every time)."""
+def sorted_batches(items: list, batch_size: int, collate, length=lambda f: len(f.input_ids),
+                   max_tokens: int | None = None) -> list[dict]:
+    """Evaluation batches: ``items`` sorted by length, cut at ``batch_size`` items — or, with
+    ``max_tokens``, where one more item would make rows x longest exceed ``max_tokens`` — and
+    collated once (far less padding than file order; the same batches for a split every time)."""
     items = sorted(items, key=length)
-    return [collate(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
+    if max_tokens is None:
+        return [collate(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
+    batches, start = [], 0
+    for end in range(1, len(items) + 1):
+        if end == len(items) or (end + 1 - start) * length(items[end]) > max_tokens:
+            batches.append(collate(items[start:end]))
+            start = end
+    return batches
 
 
 class LowResourceDataModule(pl.LightningDataModule):
@@ -107,7 +117,8 @@ class LowResourceDataModule(pl.LightningDataModule):
     ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism), test to
     ``test_size`` (quick checks; reported results use the full test split);
     ``train_on_dev`` adds the dev sentences to the training set (a final-model protocol).
-    Evaluation batches are sorted by length (results unchanged, far less padding).
+    Evaluation batches are sorted by length (results unchanged, far less padding), cut by
+    ``eval_batch_size`` sentences or ``eval_batch_tokens`` padded sub-words.
 
     ``framing``: ``tagging`` = one encoder input per sentence (chunk); ``mrc`` = one per sentence
     (chunk) and entity type, ``[CLS] query [SEP] sentence [SEP]`` with the dataset's query for the
@@ -131,6 +142,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         shuffle_seed: int,
         batch_size: int,
         eval_batch_size: int,
+        eval_batch_tokens: int | None,
         max_length: int,
         framing: str,
         dev_size: int | None,
@@ -155,6 +167,9 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.size, self.partition, self.seed = size, partition, seed
         self.shuffle_seed = shuffle_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        if eval_batch_tokens is not None and eval_batch_tokens < 1:
+            raise ValueError(f"data.eval_batch_tokens={eval_batch_tokens}: give padded sub-word positions >= 1, or null")
+        self.eval_batch_tokens = eval_batch_tokens
         self.dev_size, self.test_size = dev_size, test_size
         self.train_on_dev = train_on_dev
         self.group_by_length, self.length_window = group_by_length, length_window
@@ -315,13 +330,21 @@ class LowResourceDataModule(pl.LightningDataModule):
         )
 
     def sorted_batches(self, items: list, collate, length=lambda f: len(f.input_ids)) -> list[dict]:
-        return sorted_batches(items, self.eval_batch_size, collate, length)
+        return sorted_batches(items, self.eval_batch_size, collate, length, self.eval_batch_tokens)
 
     def _eval_loader(self, split: str) -> DataLoader:
         """Batches sorted by length, padded once per split and reused by every evaluation."""
         if split not in self._eval_batches:
-            self._eval_batches[split] = self.sorted_batches(self.features[split], self._collate())
+            self._eval_batches[split] = self._pinned(self.sorted_batches(self.features[split], self._collate()))
         return DataLoader(self._eval_batches[split], batch_size=None, shuffle=False)
+
+    def _pinned(self, batches: list[dict]) -> list[dict]:
+        """On a GPU, batches kept in page-locked memory, so that moving them to the device does not
+        wait (Lightning copies with ``non_blocking``); elsewhere as they are."""
+        trainer = self.trainer
+        if trainer is None or trainer.strategy.root_device.type != "cuda":
+            return batches
+        return [apply_to_collection(b, torch.Tensor, torch.Tensor.pin_memory) for b in batches]
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("dev")

@@ -177,8 +177,8 @@ class MultiCorpusDataModule(LowResourceDataModule):
             batches = list(self._eval_loader("test"))
             collate = functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id)
             for c, name in enumerate(self.aux_names, start=1):
-                batches += self.sorted_batches([(c, f) for f in self.aux_features[name]["test"]], collate,
-                                               length=lambda item: len(item[1].input_ids))
+                batches += self._pinned(self.sorted_batches([(c, f) for f in self.aux_features[name]["test"]],
+                                                            collate, length=lambda item: len(item[1].input_ids)))
             self._eval_batches["test+aux"] = batches
         return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False)
 

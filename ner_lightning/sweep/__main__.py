@@ -3,7 +3,8 @@
 
 ``status`` reads the manifest (the whole grid) and each cell's ``cell.json`` / ``results.json`` /
 ``failure.json``: done, failed, interrupted, running and missing cells, time per finished cell
-and an ETA (remaining cells × mean cell time / cells running now). ``--cells`` lists every cell.
+and an ETA (remaining cells × mean cell time / cells running now), and how many cells run on each
+device (``running: gpu 0 x4, gpu 1 x4``). ``--cells`` lists every cell, with its device.
 
 ``export`` copies the manifest, ``multirun.yaml`` and each finished cell's ``results.json``
 (and a tuning trial's ``tune.json``) — no checkpoints, logs or partial cells — into a folder
@@ -57,6 +58,26 @@ def _eta(rows: list[dict]) -> str:
     mean = statistics.fmean(times)
     eta = left * mean / max(running, 1)
     return f" | mean cell {mean / 60:.1f} min, ETA ~{dt.timedelta(seconds=round(eta))} at {max(running, 1)} cells at once"
+
+
+def where(row: dict) -> str | None:
+    """Where a running or finished cell runs / ran: ``gpu 1`` (``, slot 5`` under the parallel
+    launcher), ``cpu (2 threads)``, from its ``cell.json`` / ``results.json``."""
+    record = row.get("results") if row["state"] == "done" else row.get("record")
+    device = (record or {}).get("device")
+    if not device:
+        return None
+    if device.get("accelerator") == "gpu" and device.get("index") is not None:
+        place = f"gpu {device['index']}"
+    else:
+        place = f"{device.get('accelerator', '?')} ({device.get('threads', '?')} threads)"
+    return place + (f", slot {device['slot']}" if device.get("slot") is not None else "")
+
+
+def placement(rows: list[dict]) -> str:
+    """``running: gpu 0 x4, gpu 1 x4`` — how many cells run on each device now."""
+    counts = Counter(w.split(",")[0] for w in (where(r) for r in rows if r["state"] == "running") if w)
+    return ", ".join(f"{device} x{n}" for device, n in sorted(counts.items()))
 
 
 def export(sweep_dir: Path, dest: Path) -> tuple[int, int]:
@@ -133,10 +154,13 @@ def main(argv: list[str] | None = None) -> int:
             elif r.get("record"):
                 rec = r["record"]
                 extra = f"started {rec.get('started')} on {rec.get('host')} pid {rec.get('pid')}"
-            print(f"{r.get('dir', '?'):<60} {r['state']:<12} {extra}")
+            place = where(r) if r["state"] in ("running", "done") else None
+            print(f"{r.get('dir', '?'):<60} {r['state']:<12} {extra}" + (f" [{place}]" if place else ""))
     last = status["manifest"]["invocations"][-1] if status["manifest"].get("invocations") else {}
     print(f"{args.sweep_dir}: {len(rows)} cells — " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES)
           + (f" | last started {last.get('started')}" if last else "") + _eta(rows))
+    if placement(rows):
+        print(f"  running: {placement(rows)}")
     for r in rows:
         if r["state"] in ("failed", "interrupted") and r.get("failure"):
             print(f"  {r['state']}: {r['dir']}: {r['failure'].get('error', '')[:200]}")

@@ -1,4 +1,4 @@
-"""One device per parallel job (``hydra/launcher=parallel``, joblib/loky workers).
+"""Device slots of parallel jobs (``hydra/launcher=parallel``, joblib/loky workers).
 
 loky reuses worker processes, and CUDA cannot be re-pointed once a process initialised it
 (``CUDA_VISIBLE_DEVICES`` set after ``import torch`` does nothing). So a device belongs to a
@@ -6,8 +6,9 @@ loky reuses worker processes, and CUDA cannot be re-pointed once a process initi
 ``flock`` on ``<sweep dir>/.slots/slot<k>.lock``, held for the process's life and released by
 the OS when it dies — and every later job in that worker uses the same slot. With ``n_jobs``
 workers alive at most, the slots in use are distinct, so with G GPUs and ``n_jobs`` ≤ G no GPU
-runs two jobs while another idles. Slot k runs on GPU k (k mod G when ``n_jobs`` > G, with a
-warning); on CPU each job gets ``cores // n_jobs`` torch threads.
+runs more jobs than another. Slot k runs on GPU k mod G: with ``cells_per_gpu`` = c and
+``n_jobs`` = G x c (the default), every GPU runs c cells at once, each in its own process and
+CUDA context; on CPU each job gets ``cores // n_jobs`` torch threads.
 """
 from __future__ import annotations
 
@@ -47,12 +48,12 @@ def claim_slot(lock_dir: str | Path, n_slots: int) -> int:
                        "left over from an interrupted sweep of this folder (kill them, then rerun)")
 
 
-def device_for_slot(slot: int, n_gpus: int, n_jobs: int, cores: int) -> dict:
+def device_for_slot(slot: int, n_gpus: int, n_jobs: int, cores: int, cells_per_gpu: int = 1) -> dict:
     """The device a slot's jobs run on: GPU ``slot mod n_gpus``, or the CPU with its thread share."""
     if n_gpus > 0:
-        if n_jobs > n_gpus:
-            log.warning("hydra.launcher.n_jobs=%d > %d GPUs: %d jobs share a GPU", n_jobs, n_gpus,
-                        -(-n_jobs // n_gpus))
+        if n_jobs > n_gpus * cells_per_gpu:
+            log.warning("hydra.launcher.n_jobs=%d > %d GPUs x cells_per_gpu=%d: %d jobs share a GPU", n_jobs, n_gpus,
+                        cells_per_gpu, -(-n_jobs // n_gpus))
         return {"accelerator": "gpu", "index": slot % n_gpus, "slot": slot, "threads": None}
     return {"accelerator": "cpu", "index": None, "slot": slot, "threads": max(1, cores // max(1, n_jobs))}
 
@@ -64,9 +65,23 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def default_parallel_jobs() -> int:
-    """``${parallel_jobs:}``: one job per GPU; on a CPU-only machine one per core, at most 8."""
-    return gpu_count() or min(os.cpu_count() or 1, 8)
+def default_cells_per_gpu() -> int:
+    """``${cells_per_gpu:}``: cells sharing one GPU, by its memory — 4 from 40 GiB, 2 from 16 GiB,
+    else 1 (a MiniLM cell holds ~2 GiB; the smallest GPU of the machine decides); 1 without a GPU.
+    ``make gpu-check`` measures what a grid gains at 1 and at this number."""
+    import torch
+
+    n = gpu_count()
+    if not n:
+        return 1
+    gib = min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) / 2**30
+    return 4 if gib >= 40 else 2 if gib >= 16 else 1
+
+
+def default_parallel_jobs(cells_per_gpu: int = 1) -> int:
+    """``${parallel_jobs:${.cells_per_gpu}}``: ``cells_per_gpu`` jobs per GPU; on a CPU-only
+    machine one per core, at most 8."""
+    return gpu_count() * int(cells_per_gpu) or min(os.cpu_count() or 1, 8)
 
 
 def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
@@ -85,7 +100,7 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
             torch.set_num_threads(int(os.environ["SLURM_CPUS_PER_TASK"]))
         return describe(cfg)
     slot = claim_slot(Path(sweep_dir) / ".slots", n_jobs)
-    device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1)
+    device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1, int(launcher_cfg.get("cells_per_gpu", 1)))
     if device["accelerator"] == "gpu":
         with open_dict(cfg):
             cfg.trainer.devices = [device["index"]]
@@ -97,7 +112,7 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
 def _n_jobs(launcher_cfg) -> int | None:
     """``hydra.launcher.n_jobs`` of the ``parallel`` launcher; None for any other launcher."""
     target = str(launcher_cfg.get("_target_", "")) if launcher_cfg is not None else ""
-    if not target.endswith("JoblibLauncher"):
+    if not target.endswith(("JoblibLauncher", "ParallelLauncher")):
         return None
     n_jobs = int(launcher_cfg.n_jobs)
     return n_jobs if n_jobs >= 1 else (os.cpu_count() or 1)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 # Top-level keys and key names (anywhere) that say where a cell runs, not what it computes.
 WHERE_TOP = ("paths", "group", "run_name", "tags", "logger", "runtime", "hydra")
 WHERE_NAMES = ("dirpath", "default_root_dir", "save_dir", "enable_progress_bar", "enable_model_summary",
-               "num_workers", "devices", "aux_sort_from")
+               "num_workers", "devices", "aux_sort_from", "eval_batch_tokens")
 _file_sha: dict[tuple[str, int, int], str] = {}
 
 

@@ -1,7 +1,10 @@
 """``hydra/launcher=local``: one cell after another in this process, on Hydra's public ``Launcher``
 interface (what Hydra's basic launcher does), with each cell isolated — an error while Hydra
 sets a cell up (before our code runs: its folder or log file cannot be written) fails that
-cell, not the sweep — and the sweep's progress (cells done, time left) after each cell."""
+cell, not the sweep — and the sweep's progress (cells done, time left) after each cell.
+
+``hydra/launcher=parallel``: hydra-joblib-launcher's worker processes, plus ``cells_per_gpu``
+(how many cells share a GPU, each in its own worker process; ``sweep/devices.py`` places them)."""
 from __future__ import annotations
 
 import logging
@@ -12,6 +15,7 @@ from typing import Sequence
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
+from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
 from omegaconf import DictConfig, open_dict
 
 log = logging.getLogger("ner_lightning")
@@ -66,3 +70,15 @@ class LocalLauncher(Launcher):
             sweep_config.hydra.job.num = idx
         return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+
+
+class ParallelLauncher(JoblibLauncher):
+    """Joblib's launcher (``n_jobs`` loky worker processes) whose config also says how many cells
+    share one GPU (``cells_per_gpu``): read by ``sweep.devices.assign`` in each worker, not passed
+    to joblib."""
+
+    def __init__(self, cells_per_gpu: int = 1, **joblib) -> None:
+        if not isinstance(cells_per_gpu, int) or isinstance(cells_per_gpu, bool) or cells_per_gpu < 1:
+            raise ValueError(f"hydra.launcher.cells_per_gpu={cells_per_gpu!r}: give an int >= 1 (cells sharing a GPU)")
+        super().__init__(**joblib)
+        self.cells_per_gpu = cells_per_gpu
