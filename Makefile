@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install run sweep test test-fast bench slurm-check clean
+.PHONY: help install run sweep test test-fast bench gpu-check slurm-check clean
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
@@ -41,6 +41,20 @@ test-fast: install  ## tests without the subprocess multiruns
 bench: install  ## one CE cell vs the raw encoder limit, a plain loop and HF Trainer: ratios (docs/benchmarks.md)
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	$(BIN)/python benchmarks/bench_ce.py $(if $(BENCH_OUT),--out $(BENCH_OUT))
+
+GPU_OUT ?= multirun/gpu-check
+gpu-check: install  ## (a GPU machine, ~8 min) make bench trainer=gpu, an 8-cell grid at 1 and at the default cells per GPU, what the defaults cost; tables on stdout, JSON in $(GPU_OUT)
+	$(BIN)/python -m pip install -q -e ".[bench]"
+	mkdir -p $(GPU_OUT)
+	$(BIN)/python -c "import torch; assert torch.cuda.is_available(), 'make gpu-check needs a GPU (a CUDA build of torch: docs/gpu_and_cluster.md)'"
+	$(BIN)/python -m ner_lightning.precision measure --accelerator gpu --force || true
+	$(BIN)/python benchmarks/bench_ce.py --out $(GPU_OUT)/bench_ce.json trainer=gpu || true
+	$(BIN)/python benchmarks/launchers.py compare --root $(GPU_OUT)/grid --out $(GPU_OUT)/grid.json \
+	    --launchers "parallel:hydra.launcher.cells_per_gpu=1,parallel" \
+	    --grid "loss=ce,auc2t size=20,50 partition=0,1" --extra "trainer=gpu"
+	$(BIN)/python benchmarks/override_variants.py --out $(GPU_OUT)/variants.json \
+	    --base "trainer=gpu logger=csv trainer.max_epochs=2 trainer.min_epochs=1" \
+	    "" trainer.deterministic=false model.pack=false "trainer.deterministic=false model.pack=false"
 
 slurm-check: install  ## (root) start a one-node SLURM here, run the 4-cell grid via local and hydra/launcher=slurm
 	bash benchmarks/slurm_localhost.sh

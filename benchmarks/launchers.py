@@ -6,7 +6,9 @@
 
 ``compare`` runs the same ``python -m ner_lightning.run -m <grid> <extra>`` once per launcher
 (each in its own sweep folder under ``--root``), times it, and tabulates every cell's test
-micro-F1 per launcher (same config + seed ⇒ the same scores) and the device it ran on.
+micro-F1 per launcher (same config + seed ⇒ the same scores) and the device it ran on. A
+launcher may carry its own overrides after colons, e.g. ``parallel:hydra.launcher.cells_per_gpu=1``
+(several cells per GPU against one); ``--out F`` also writes the figures as JSON.
 ``resume`` runs the grid uninterrupted, then again in a new folder killed (SIGKILL of the whole
 process group) while cell ``--kill-during`` runs, reruns the same command there and compares.
 ``slurm`` needs a SLURM cluster (``benchmarks/slurm_localhost.sh`` starts one on this machine).
@@ -30,8 +32,10 @@ SLURM_LOCALHOST = ["hydra.launcher.partition=debug", "hydra.launcher.gpus_per_no
 
 
 def command(grid: str, extra: str, sweep_dir: Path, launcher: str) -> list[str]:
+    """``launcher``: a hydra/launcher name, optionally with its own overrides after colons."""
+    launcher, *own = launcher.split(":")
     args = [sys.executable, "-m", "ner_lightning.run", "-m", *shlex.split(grid), *shlex.split(extra),
-            f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep_dir}", "logger=csv",
+            f"hydra/launcher={launcher}", *own, f"hydra.sweep.dir={sweep_dir}", "logger=csv",
             "trainer.enable_progress_bar=false"]
     if launcher == "slurm":
         args += SLURM_LOCALHOST
@@ -56,10 +60,10 @@ def compare(ns) -> None:
     root = Path(ns.root)
     timing, scores = {}, {}
     for launcher in ns.launchers.split(","):
-        sweep = root / launcher
+        sweep = root / launcher.replace(":", "_")
         args = command(ns.grid, ns.extra, sweep, launcher)
         print(f"running: {shlex.join(args[1:])}", file=sys.stderr, flush=True)
-        rc, wall = run(args, root / f"{launcher}.log")
+        rc, wall = run(args, root / f"{launcher.replace(':', '_')}.log")
         timing[launcher] = (rc, wall)
         scores[launcher] = cells(sweep)
     names = list(timing)
@@ -81,6 +85,14 @@ def compare(ns) -> None:
                        for r in scores[n].values() if r})
         ratio = f"{base / wall:.2f}×" if base else "—"
         print(f"| {n} | {rc} | {wall:.0f} | {ratio} | {'; '.join('/'.join(d) for d in devs)} |")
+    if ns.out:
+        Path(ns.out).write_text(json.dumps({
+            "command": " ".join(sys.argv), "grid": ns.grid, "extra": ns.extra,
+            "launchers": {n: {"exit_code": timing[n][0], "wall_s": round(timing[n][1], 1),
+                              "cells": {k: None if r is None else {
+                                  "test_f1": r["test"]["micro"]["f1"], "wall_time_s": r.get("wall_time_s"),
+                                  "device": r.get("device"), "throughput": r.get("throughput")}
+                                  for k, r in scores[n].items()}} for n in names}}, indent=1))
 
 
 def resume(ns) -> None:
@@ -123,6 +135,7 @@ def main() -> None:
     sub = p.add_subparsers(dest="mode", required=True)
     c = sub.add_parser("compare")
     c.add_argument("--launchers", default="local,parallel,slurm_local")
+    c.add_argument("--out", default=None, help="also write the figures to this JSON file")
     r = sub.add_parser("resume")
     r.add_argument("--launcher", default="local")
     r.add_argument("--kill-during", type=int, default=4, help="cell number (1-based) running when the sweep is killed")
