@@ -315,10 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from omegaconf import OmegaConf
 
-    from ner_lightning.config import CONFIG_DIR, register_resolvers
+    from ner_lightning.models.encoder import package_dir
 
-    register_resolvers()
-    node = CONFIG_DIR / "model" / f"{args.model}.yaml"
+    if not OmegaConf.has_resolver("package_dir"):  # the one resolver an encoder config uses
+        OmegaConf.register_new_resolver("package_dir", package_dir)
+    node = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{args.model}.yaml"
     if not node.is_file():
         ap.error(f"--model {args.model}: no {node}")
     entry = calibration(args.accelerator, OmegaConf.to_container(OmegaConf.load(node), resolve=True), force=args.force)

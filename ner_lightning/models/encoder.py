@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
-from ner_lightning.data.packing import PackPlan, first_fit_rows, pack_plan
+from ner_lightning.data.packing import PackPlan, first_fit_rows, pack_plan, worth_packing
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +131,10 @@ class TransformerEncoder(nn.Module):
         pack: bool = False,
     ):
         """``freeze``: the pretrained weights stay fixed (the encoder as a feature extractor, as
-        flair's embeddings are in the MUNCHABLES paper); only the heads train. ``pack``: run each
-        batch packed (:func:`pack_batch`), no work on padding."""
+        flair's embeddings are in the MUNCHABLES paper); only the heads train. ``pack``: run training
+        batches packed (:func:`pack_batch`, no work on padding), and evaluation batches too where
+        that saves enough (``data.packing.worth_packing``: length-sorted evaluation batches run
+        padded)."""
         super().__init__()
         if random_init is not None and name_or_path != RANDOM_INIT_NAME:
             raise ValueError(
@@ -167,7 +169,10 @@ class TransformerEncoder(nn.Module):
         plan (used under ``model.pack``)."""
         if token_type_ids is not None and getattr(self.model.config, "type_vocab_size", 0) <= 1:
             token_type_ids = None
-        if not self.pack:
+        if self.pack and pack is None:
+            pack = pack_plan(attention_mask.sum(1).tolist(), attention_mask.size(1))
+            pack = PackPlan(*(t.to(input_ids.device) for t in pack))
+        if not self.pack or not (self.training or worth_packing(input_ids.numel(), pack.block.numel())):
             kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
         packed = pack_batch(input_ids, attention_mask, token_type_ids, self.position_offset, pack)

@@ -11,7 +11,7 @@ auxiliary corpus with that corpus's own labels — and route each batch row to i
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 from torch import nn
@@ -24,6 +24,21 @@ from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.losses import TokenLoss
 from ner_lightning.models.base import NERModule, layout_of
 from ner_lightning.models.encoder import TransformerEncoder
+
+
+class Head(Protocol):
+    """What :class:`HeadModule` asks of a head. ``word_counts``: words per row, known on the host
+    (the batch's layout), so no head has to ask the device for lengths."""
+
+    def fit_counts(self, counts: torch.Tensor) -> None:
+        """Training label counts (class weights; a no-op for most heads)."""
+
+    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor,
+             word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
+        """The training loss of rows ``states (B, W, H)`` with ``labels (B, W)``."""
+
+    def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
+        """Label ids ``(B, W)`` on the device."""
 
 
 class SoftmaxHead(nn.Module):
@@ -141,7 +156,7 @@ class HeadModule(NERModule):
     loss per corpus is logged (``train/loss_<corpus>``) and read by MUNCH-Stack's convergence test.
     """
 
-    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, make_head: Callable[[LabelSet], nn.Module],
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, make_head: Callable[[LabelSet], Head],
                  optimizer: Callable[..., torch.optim.Optimizer], warmup_ratio: float, head_lr: float | None,
                  aux_label_sets: dict[str, LabelSet] | None):
         super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
