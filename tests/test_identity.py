@@ -44,6 +44,28 @@ def test_another_copy_of_the_corpus_is_another_cell(toy_cfg, toy_data_dir, tmp_p
     assert why_different({"config": resolved}, other, resolved).startswith("made before")
 
 
-def test_code_version_names_the_commit_and_uncommitted_changes():
+def test_code_version_names_the_commit_and_uncommitted_changes(tmp_path, monkeypatch):
+    """In a git checkout of its own: the commit git names, clean, then dirty after a tracked file
+    changes; outside git: no commit, unknown state."""
+    import subprocess
+
+    from ner_lightning import config
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a.txt").write_text("one\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setattr(config, "REPO_ROOT", repo)
     code = code_version()
-    assert code["version"] and len(code["commit"] or "x" * 40) == 40 and code["dirty"] in (True, False, None)
+    assert code["version"] and code["commit"] == head and code["dirty"] is False
+    (repo / "a.txt").write_text("two\n")
+    assert code_version()["dirty"] is True
+    (repo / "untracked.txt").write_text("x")  # untracked files are not code changes
+    (repo / "a.txt").write_text("one\n")
+    assert code_version()["dirty"] is False
+    monkeypatch.setattr(config, "REPO_ROOT", tmp_path / "not_a_repo")
+    assert code_version()["commit"] is None and code_version()["dirty"] is None

@@ -25,7 +25,8 @@ def test_run_writes_results_and_partition(toy_cfg, tmp_path):
     assert on_disk["dev_monitor"] == on_disk["dev"]["micro"]["f1"]  # what main() returns to a sweeper
     grid = on_disk["grid"]  # flat keys, also the W&B config's top level
     assert grid["loss"] == "ce" and grid["model"] == "tiny" and grid["size"] == 8 and grid["partition"] == 0
-    assert grid["label_scheme"] == "typed" and grid["head_lr"] == 5e-5  # CE's default: the head at optimizer.lr and grid["trainer_max_epochs"] == "3"
+    assert grid["label_scheme"] == "typed" and grid["head_lr"] == 5e-5  # CE's default: the head at optimizer.lr
+    assert grid["trainer_max_epochs"] == "3"  # a command-line override, as given
     assert set(on_disk["test"]["per_type"]) <= {"LOC", "MISC", "ORG", "PER"}
     assert on_disk["throughput"]["train_tokens_per_s"] > 0 and on_disk["throughput"]["eval_tokens"] > 0
     partition = json.loads((tmp_path / "run" / "partition.json").read_text())
