@@ -92,6 +92,13 @@ def computed_positions(attention_mask: torch.Tensor, pack: bool) -> int:
     return first_fit_rows(attention_mask.sum(1).tolist())[2] * attention_mask.size(1)
 
 
+def plan_from_mask(attention_mask: torch.Tensor) -> PackPlan:
+    """The packing plan of a batch built without one (by hand), from its mask: asks the device
+    for the lengths."""
+    plan = pack_plan(attention_mask.sum(1).tolist(), attention_mask.size(1))
+    return PackPlan(*(t.to(attention_mask.device) for t in plan))
+
+
 def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
                position_offset: int = 0, plan: PackPlan | None = None) -> PackedBatch:
     """Pack the sentences of a right-padded batch into rows as wide as its longest sentence
@@ -101,9 +108,7 @@ def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type
     batches are about half padding; length-sorted evaluation batches gain little. ``plan``: the
     batch's plan, made when it was built (``batch["pack"]``); without one it is made here from
     the lengths, which waits for the device."""
-    if plan is None:
-        plan = pack_plan(attention_mask.sum(1).tolist(), attention_mask.size(1))
-        plan = PackPlan(*(t.to(input_ids.device) for t in plan))
+    plan = plan if plan is not None else plan_from_mask(attention_mask)
     shape = plan.block.shape
     ids = input_ids.new_zeros(shape[0] * shape[1])
     ids[plan.target] = input_ids.reshape(-1)[plan.source]
@@ -170,8 +175,7 @@ class TransformerEncoder(nn.Module):
         if token_type_ids is not None and getattr(self.model.config, "type_vocab_size", 0) <= 1:
             token_type_ids = None
         if self.pack and pack is None:
-            pack = pack_plan(attention_mask.sum(1).tolist(), attention_mask.size(1))
-            pack = PackPlan(*(t.to(input_ids.device) for t in pack))
+            pack = plan_from_mask(attention_mask)
         if not self.pack or not (self.training or worth_packing(input_ids.numel(), pack.block.numel())):
             kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             mask = self._padding_mask(attention_mask, pack)
