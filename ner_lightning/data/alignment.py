@@ -18,7 +18,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ner_lightning.data.corpus import Sentence
-from ner_lightning.data.packing import first_fit_rows, pack_plan
+from ner_lightning.data.packing import pack_plan
 
 IGNORE_INDEX = -100
 
@@ -193,11 +193,10 @@ class QueryAligner(SubwordAligner):
 
 
 class BatchLayout(NamedTuple):
-    """What the host knows of a batch when it builds it (``batch["layout"]``): read on the host
-    instead of asking the device, where every question waits for the queued work."""
+    """What the host knows of a batch's rows when it builds it (``batch["layout"]``): read on the
+    host instead of asking the device, where every question waits for the queued work. (Its
+    sub-word counts are the shapes of its packing plan, ``batch["pack"]``.)"""
 
-    tokens: int  # real sub-words
-    positions: tuple[int, int]  # sub-word positions the encoder computes: padded, packed (model.pack)
     words: tuple[int, ...]  # words of each row
     sentences: tuple[int, ...]  # sentence index of each row in its split
     offsets: tuple[int, ...]  # index of each row's first word in its sentence
@@ -232,10 +231,8 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
         "sentence_index": torch.tensor([f.sentence_index for f in features]),
         "word_offset": torch.tensor([f.word_offset for f in features]),
     }
-    lengths = [len(f.input_ids) for f in features]
-    batch["pack"] = pack_plan(lengths, t)
+    batch["pack"] = pack_plan([len(f.input_ids) for f in features], t)
     batch["layout"] = BatchLayout(
-        tokens=sum(lengths), positions=(n * t, first_fit_rows(lengths)[2] * t),
         words=tuple(f.n_words for f in features), sentences=tuple(f.sentence_index for f in features),
         offsets=tuple(f.word_offset for f in features),
         types=tuple(f.type_index for f in features) if features[0].type_index >= 0 else (), corpora=(0,) * n)

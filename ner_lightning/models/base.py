@@ -32,7 +32,7 @@ from ner_lightning.data.alignment import BatchLayout
 from ner_lightning.data.corpus import OUTSIDE, LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.metrics import flat_scores, span_scores
-from ner_lightning.models.encoder import TransformerEncoder, computed_positions
+from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.optim import set_pdsca_phase
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
@@ -58,8 +58,6 @@ def layout_of(batch: dict) -> BatchLayout:
         return batch["layout"]
     rows = batch["word_mask"].size(0)
     return BatchLayout(
-        tokens=int(batch["attention_mask"].sum()),
-        positions=(batch["attention_mask"].numel(), computed_positions(batch["attention_mask"], pack=True)),
         words=tuple(batch["word_mask"].sum(1).tolist()),
         sentences=tuple(batch["sentence_index"].tolist()) if "sentence_index" in batch else tuple(range(rows)),
         offsets=tuple(batch["word_offset"].tolist()) if "word_offset" in batch else (0,) * rows,

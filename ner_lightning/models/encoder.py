@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
-from ner_lightning.data.packing import PackPlan, first_fit_rows, pack_plan, worth_packing
+from ner_lightning.data.packing import PackPlan, pack_plan, worth_packing
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,6 @@ class PackedBatch(NamedTuple):
         out = hidden.new_zeros(shape[0] * shape[1], hidden.size(-1))
         out[self.plan.source] = hidden.reshape(-1, hidden.size(-1))[self.plan.target]
         return out.view(*shape, hidden.size(-1))
-
-
-def computed_positions(attention_mask: torch.Tensor, pack: bool) -> int:
-    """Sub-word positions the encoder computes for a batch: all of the padded batch, or the rows
-    of its packed form times their width (asks the device for the lengths: for reports, not steps)."""
-    if not pack:
-        return attention_mask.numel()
-    return first_fit_rows(attention_mask.sum(1).tolist())[2] * attention_mask.size(1)
 
 
 def plan_from_mask(attention_mask: torch.Tensor) -> PackPlan:
@@ -176,13 +168,19 @@ class TransformerEncoder(nn.Module):
             token_type_ids = None
         if self.pack and pack is None:
             pack = plan_from_mask(attention_mask)
-        if not self.pack or not (self.training or worth_packing(input_ids.numel(), pack.block.numel())):
+        if not self.runs_packed(pack, input_ids.numel()):
             kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             mask = self._padding_mask(attention_mask, pack)
             return self.model(input_ids=input_ids, attention_mask=mask, **kw).last_hidden_state
         packed = pack_batch(input_ids, attention_mask, token_type_ids, self.position_offset, pack)
         hidden = self.model(**packed.inputs).last_hidden_state
         return packed.unpack(hidden, input_ids.shape)
+
+    def runs_packed(self, plan: PackPlan | None, padded_positions: int) -> bool:
+        """Whether a batch runs packed: under ``model.pack`` a training batch always, an evaluation
+        batch where packing saves enough (``data.packing.worth_packing``)."""
+        return self.pack and plan is not None and (self.training or worth_packing(padded_positions,
+                                                                                  plan.block.numel()))
 
     def _padding_mask(self, attention_mask: torch.Tensor, plan: PackPlan | None) -> torch.Tensor | None:
         """The attention mask of a padded batch in the form the encoder uses as it is: None when
