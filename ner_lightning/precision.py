@@ -171,9 +171,11 @@ def _choose(rates: dict[str, float]) -> str:
 
 
 def judge(measured: dict, load: tuple[float, int]) -> dict:
-    """The choice for training and evaluation from :func:`measure_rounds`, and whether it can be
-    trusted (``trusted``, with the reasons it cannot: ``doubts``)."""
+    """The choice for training and evaluation from :func:`measure_rounds`, each candidate's median
+    rates (``measured``), and whether the choice can be trusted (``trusted``, with the reasons it
+    cannot: ``doubts``)."""
     rates, doubts, entry = measured["rates"], [], {}
+    medians: dict[str, dict[str, float]] = {name: {} for name in rates}
     for stage in ("train", "eval"):
         median = {name: statistics.median(r[stage]) for name, r in rates.items()}
         entry[stage] = _choose(median)
@@ -181,14 +183,15 @@ def judge(measured: dict, load: tuple[float, int]) -> dict:
         agree = sum(c == entry[stage] for c in per_round)
         if agree < AGREE:
             doubts.append(f"{stage}: only {agree} of {ROUNDS} rounds chose {entry[stage]} ({', '.join(per_round)})")
-        entry[f"{stage}_tok_s"] = {name: round(v, 1) for name, v in median.items()}
+        for name, value in median.items():
+            medians[name][f"{stage}_tok_s"] = round(value, 1)
     loadavg, cores = load
     if loadavg >= cores:
         doubts.append(f"load average {loadavg:.2f} on {cores} cores before measuring")
     share = measured.get("cpu_share")
     if share is not None and share < MIN_CPU_SHARE:
         doubts.append(f"the process got {share:.0%} of its threads' CPU time: another job competed")
-    return {**entry, "trusted": not doubts, "doubts": doubts}
+    return {**entry, "measured": medians, "trusted": not doubts, "doubts": doubts}
 
 
 def _key(device_name: str, model: dict, names: list[str]) -> str:
@@ -215,9 +218,8 @@ def calibration(accelerator: str, model: dict, force: bool = False) -> dict:
     if len(names) == 1:
         _memo[key] = {"train": names[0], "eval": names[0], "why": why, "measured": None}
         return _memo[key]
-    inherited = _inherited().get(key)
     path = cache_path()
-    cached = None if force else inherited or _read(path).get(key)
+    cached = None if force else _inherited().get(key) or _read(path).get(key)
     if cached is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_name(path.name + ".lock"), "a") as lock:
@@ -234,9 +236,8 @@ def _measure(path: Path, key: str, model: dict, names: list[str], why: str, devi
     t0 = time.perf_counter()
     verdict = judge(measure_rounds(model, names, device), load)
     seconds = time.perf_counter() - t0
-    figures = ", ".join(f"{n} train {verdict['train_tok_s'][n]:,.0f} / eval {verdict['eval_tok_s'][n]:,.0f} tok/s"
-                        for n in names)
-    measured = {n: {"train_tok_s": verdict["train_tok_s"][n], "eval_tok_s": verdict["eval_tok_s"][n]} for n in names}
+    measured = verdict["measured"]
+    figures = ", ".join(f"{n} train {m['train_tok_s']:,.0f} / eval {m['eval_tok_s']:,.0f} tok/s" for n, m in measured.items())
     if verdict["trusted"]:
         entry = {"train": verdict["train"], "eval": verdict["eval"], "measured": measured,
                  "why": f"measured ({why}) in {seconds:.1f} s, {ROUNDS} interleaved rounds, medians"}
