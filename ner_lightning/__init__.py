@@ -1,7 +1,7 @@
 """ner_lightning: NER under low resources and class imbalance (Lightning + Hydra)."""
 from importlib.metadata import PackageNotFoundError, version
 
-from ner_lightning.config import register_resolvers
+from ner_lightning.resolvers import register_resolvers
 
 try:
     __version__ = version("ner_lightning")

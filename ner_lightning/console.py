@@ -4,7 +4,7 @@ few lines per cell — plus progress bars and real warnings; not the libraries' 
 Quiet hides, at their source: Lightning's info lines (seed, accelerator, tips, "Restoring
 states…"), warnings known to be harmless here (listed below with why), Hugging Face's load
 reports and progress bars, and W&B's banners (``WANDB_SILENT``; set ``WANDB_SILENT=false`` to
-see them; ``protocols.WandbLogger`` leaves out the one setting W&B warns about on every run).
+see them; ``wandb_logging.WandbLogger`` leaves out the one setting W&B warns about on every run).
 Everything else, and every log line in each cell's ``train.log``, stays.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from ner_lightning.data.alignment import QueryAligner, SubwordAligner, collate_features
+from ner_lightning.data.alignment import SubwordAligner, aligner_for, collate_features
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
 from ner_lightning.data.datamodule import sorted_batches
 from ner_lightning.models.base import NERModule
@@ -99,11 +99,10 @@ def load(folder: str | Path, device: str = "cpu", precision: str | None = None) 
     wrong = [k for k in missing if not k.startswith("encoder.")] + list(unexpected)
     if wrong:
         raise ValueError(f"{folder / 'heads.pt'} does not fit {meta['family']}: {', '.join(wrong[:6])}")
-    module.eval_precision = precision or meta["precision"]
+    module.evaluate_in(precision or meta["precision"])
     module.eval().to(device)
     tokenizer = encoder.tokenizer
-    aligner = (QueryAligner(tokenizer, meta["max_length"], meta["queries"]) if meta["framing"] == "mrc"
-               else SubwordAligner(tokenizer, meta["max_length"]))
+    aligner = aligner_for(meta["framing"], tokenizer, meta["max_length"], meta.get("queries") or [])
     return ExportedModel(module, aligner, meta)
 
 

@@ -316,10 +316,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from omegaconf import OmegaConf
 
-    from ner_lightning.models.encoder import package_dir
-
-    if not OmegaConf.has_resolver("package_dir"):  # the one resolver an encoder config uses
-        OmegaConf.register_new_resolver("package_dir", package_dir)
     node = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{args.model}.yaml"
     if not node.is_file():
         ap.error(f"--model {args.model}: no {node}")

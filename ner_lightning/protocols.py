@@ -13,60 +13,61 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import statistics
-import sys
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
-from pytorch_lightning.callbacks import EarlyStopping
-from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
-from ner_lightning.callbacks import AuxiliaryPhases, PredictionWriter, ScheduleHorizon, TokenThroughput
+from ner_lightning.build import build_datamodule, build_module, build_trainer, check_protocol, overrides
 from ner_lightning.export import export_model, load_weights
-from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, trainer_precision
-from ner_lightning.data.datamodule import MAIN
-from ner_lightning.models.heads import build_family
+from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap
 from ner_lightning.precision import recorded
-from ner_lightning.results import CellResult, best_epoch, grid_keys, write_json_atomic
+from ner_lightning.results import CellResult, best_epoch, contributed_sections, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import code_version
+from ner_lightning.wandb_logging import finish_wandb, summarise_wandb
 
 log = logging.getLogger("ner_lightning")
-_running: dict = {}  # the cell's Trainer, to tell where an interrupted or failed cell stopped
+
+
+class Progress:
+    """Where a cell's training is, for the record an interrupted or failed cell leaves: the
+    Trainer of the run under way (the last one of a tuning trial or SingleAux cell)."""
+
+    def __init__(self):
+        self.trainer: pl.Trainer | None = None
+
+    def follow(self, trainer: pl.Trainer) -> None:
+        self.trainer = trainer
+
+    def position(self) -> tuple[int | None, int | None]:
+        """(epoch, global step), or (None, None) before training started."""
+        if self.trainer is None:
+            return None, None
+        return self.trainer.current_epoch, self.trainer.global_step
 
 
 @dataclass(frozen=True)
 class Cell:
-    """Who a run is in its sweep: its log prefix, config identity and device."""
+    """Who a run is in its sweep: its log prefix, config identity and device, and where its
+    training is (:class:`Progress`)."""
 
     prefix: str = "run"
     device: dict | None = None
     identity: dict | None = None  # sweep.identity.cell_identity
+    progress: Progress = field(default_factory=Progress, compare=False)
 
     @property
     def config_sha256(self) -> str | None:
         return self.identity["sha256"] if self.identity else None
 
     def named(self, suffix: str) -> "Cell":
-        return Cell(f"{self.prefix} {suffix}", self.device, self.identity)
-
-
-def overrides() -> list[str]:
-    try:
-        return list(HydraConfig.get().overrides.task)
-    except ValueError:
-        return []
-
-
-def running_trainer() -> pl.Trainer | None:
-    return _running.get("trainer")
+        return Cell(f"{self.prefix} {suffix}", self.device, self.identity, self.progress)
 
 
 def protocol_of(cfg: DictConfig) -> str:
@@ -88,64 +89,6 @@ def run_protocol(cfg: DictConfig, cell: Cell, resume: Path | None) -> float:
 
 
 # --- single cell ---------------------------------------------------------------------------------
-def check_protocol(cfg: DictConfig) -> None:
-    """Refuse configs whose model selection would read the training data."""
-    ckpt = (cfg.get("callbacks") or {}).get("model_checkpoint")
-    if cfg.data.get("train_on_dev") and ckpt and ckpt.get("monitor") is not None:
-        raise ValueError("data.train_on_dev=true trains on the dev sentences, so selecting the checkpoint on dev "
-                         f"({ckpt.monitor}) would select on training data: set callbacks.model_checkpoint.monitor=null "
-                         "and callbacks.early_stopping=null to test the final model (experiment=munch_paper does)")
-
-
-def build_module(cfg: DictConfig, encoder, datamodule) -> pl.LightningModule:
-    """The objective family of ``cfg.loss`` with a head for each corpus of the data module."""
-    return build_family(cfg.loss, encoder, {MAIN: datamodule.label_set, **datamodule.aux_label_sets})
-
-
-def build_datamodule(cfg: DictConfig, tokenizer) -> pl.LightningDataModule:
-    """``data``'s data module; under a multi-corpus scheme, ``multitask.datamodule`` built with
-    every ``data`` key on top of its own (the main corpus exactly as a single-corpus run has it)."""
-    if cfg.multitask.get("datamodule") is None:
-        return instantiate(cfg.data, tokenizer=tokenizer)
-    main = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k not in ("_target_", "tokenizer")}
-    return instantiate(cfg.multitask.datamodule, tokenizer=tokenizer, **main)
-
-
-def _instantiate_group(group: DictConfig | None) -> list:
-    if not group:
-        return []
-    return [instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
-
-
-def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
-    """The ``callbacks`` group, plus MUNCH-Stack's phases (``multitask.phases``). A callback that
-    restarts the learning-rate schedule (:class:`ScheduleHorizon` with ``restarts_schedule``)
-    ends training itself, so early stopping is left out: it would end the run in the first phase."""
-    callbacks = _instantiate_group(cfg.get("callbacks"))
-    if cfg.multitask.scheme == "munch_stack":
-        callbacks.append(instantiate(cfg.multitask.phases))
-    if any(isinstance(c, ScheduleHorizon) and c.restarts_schedule for c in callbacks):
-        dropped = [c for c in callbacks if isinstance(c, EarlyStopping)]
-        if dropped:
-            log.info("early stopping left out: %s restarts the schedule and ends training itself",
-                     next(type(c).__name__ for c in callbacks if isinstance(c, ScheduleHorizon)))
-        callbacks = [c for c in callbacks if not isinstance(c, EarlyStopping)]
-    return callbacks
-
-
-def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:
-    """The Trainer with the run's callbacks and loggers (the grid keys logged on top)."""
-    callbacks = build_callbacks(cfg)
-    loggers = _instantiate_group(cfg.get("logger"))
-    precision = trainer_precision(cfg.trainer.precision, cfg.trainer.accelerator,
-                                  instantiate(cfg.trainer.get("plugins")))
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **precision)
-    grid = grid_keys(cfg, overrides())
-    for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
-        lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})
-    return trainer, callbacks, loggers
-
-
 def _log_partition(cfg: DictConfig, prefix: str, partition: dict) -> None:
     before, after = partition["training_set"]["before"], partition["training_set"]["after"]
     log.info("%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
@@ -200,7 +143,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
     if resume is not None:
         log.info("%s | resuming from %s", cell.prefix, resume)
     t["fit"] = time.perf_counter()
-    _running["trainer"] = trainer
+    cell.progress.follow(trainer)
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
     checkpoint = trainer.checkpoint_callback
     ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
@@ -225,8 +168,10 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
 
 def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callbacks: list, partition: dict,
                 resume: Path | None, ckpt: str | None, t: dict) -> CellResult:
-    """Fill the ``results.json`` schema from what the fit and test left."""
+    """Fill the ``results.json`` schema from what the fit and test left: the module's record, the
+    trainer's counters, and the sections the callbacks contribute (``results.ResultSection``)."""
     record = module.record()
+    contributed = contributed_sections(callbacks, Path(cfg.paths.output_dir))
     best = best_epoch(record.history, cfg.monitor) if record.history else None
     if record.history and trainer.checkpoint_callback is not None and trainer.checkpoint_callback.monitor is None:
         best = record.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
@@ -241,7 +186,7 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
         best_batch=best.get("batches") if best else None, monitor=cfg.monitor,
         dev_monitor=best["metrics"][cfg.monitor] if best else None,
         test=record.test, test_aux=record.test_aux or None,
-        phases=next((c.history for c in callbacks if isinstance(c, AuxiliaryPhases)), None),
+        phases=contributed.get("phases"),
         epochs=trainer.current_epoch, global_steps=trainer.global_step,
         compute={"train_batches": record.train_batches, "optimizer_steps": trainer.global_step,
                  "train_forward_passes": record.forward_passes, "init_seed": cfg.init_seed,
@@ -250,13 +195,12 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
         wall_time_s=round(time.perf_counter() - t["start"], 2),
         phase_s={"setup": round(t["fit"] - t["start"], 2), "fit": round(t["test"] - t["fit"], 2),
                  "test": round(t["end"] - t["test"], 2)},
-        throughput=next((c.summary() for c in callbacks if isinstance(c, TokenThroughput)), {}),
+        throughput=contributed.get("throughput", {}),
         precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision),
                    "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))},
         identity=cell.identity, code=code_version(),
         labels={name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
-        predictions=next(({split: os.path.relpath(path, cfg.paths.output_dir) for split, path in c.written.items()}
-                          for c in callbacks if isinstance(c, PredictionWriter)), None),
+        predictions=contributed.get("predictions"),
     )
 
 
@@ -299,7 +243,7 @@ def tune(cfg: DictConfig, cell: Cell = Cell()) -> float:
 # --- SingleAux -----------------------------------------------------------------------------------
 def singleaux_candidates(cfg: DictConfig) -> list[str]:
     """The auxiliaries a SingleAux cell chooses from (``multitask=singleaux`` with several ``aux``)."""
-    if cfg.multitask.scheme != "singleaux":
+    if cfg.multitask.scheme != "singleaux":  # one auxiliary per run: conf/multitask/singleaux.yaml
         return []
     names = [a for a in cfg.aux or [] if a != cfg.dataset.name]
     return names if len(names) > 1 else []
@@ -345,51 +289,3 @@ def singleaux(cfg: DictConfig, cell: Cell = Cell()) -> CellResult:
     log.info("%s | SingleAux: %s chosen on dev %s (%s)", cell.prefix, best, cfg.monitor,
              ", ".join(f"{n} {r.dev_monitor:.4f}" for n, r in done.items()))
     return result
-
-
-# --- W&B -----------------------------------------------------------------------------------------
-class WandbLogger(LightningWandbLogger):
-    """Lightning's W&B logger, fitted to what W&B accepts without a word: ``tags`` (a run's
-    command-line overrides, ``tags: ${hydra:overrides.task}``) cut to W&B's 64 characters — a
-    longer one, e.g. ``paths.data_dir=`` a deep path, fails the run's start — and without the
-    ``anonymous`` setting Lightning always passes (``None`` unless asked for), which W&B >= 0.19
-    ignores and warns about on every run (``logger=wandb``)."""
-
-    TAG_LIMIT = 64
-
-    def __init__(self, *args, tags=None, **kwargs):
-        tags = [t if len(t) <= self.TAG_LIMIT else t[:self.TAG_LIMIT - 1] + "…" for t in map(str, tags or [])]
-        super().__init__(*args, tags=tags or None, **kwargs)
-        if not kwargs.get("anonymous"):
-            self._wandb_init.pop("anonymous", None)
-
-
-def summarise_wandb(loggers: list, result: CellResult) -> None:
-    """Best-epoch dev scores, test scores of both modes and compute into the W&B run summary."""
-    from pytorch_lightning.loggers import WandbLogger
-
-    from ner_lightning.metrics import flat_scores
-
-    summary = {f"compute/{k}": v for k, v in result.compute.items()}
-    summary["best_epoch"] = result.best_epoch
-    for scores, stage in ((result.dev, "best_val"), (result.test, "test")):
-        if scores:
-            summary.update(flat_scores(scores, stage))
-    for corpus, scores in (result.test_aux or {}).items():  # auxiliary corpora's own heads
-        summary.update(flat_scores(scores, f"test_aux/{corpus}"))
-    for lg in loggers:
-        if isinstance(lg, WandbLogger):
-            lg.experiment.summary.update(summary)
-
-
-def finish_wandb() -> None:
-    """Close the W&B run so the next cell of a multirun starts its own (template issue #289)."""
-    if "wandb" in sys.modules:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
-
-
-def clear_running() -> None:
-    _running.clear()

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Protocol, runtime_checkable
 
 
 @dataclasses.dataclass
@@ -68,6 +68,31 @@ class CellResult:
 
     def write(self, path: str | os.PathLike) -> Path:
         return write_json_atomic(path, self.to_json())
+
+
+@runtime_checkable
+class ResultSection(Protocol):
+    """A part of the run (a callback) that contributes fields of :class:`CellResult` — token
+    throughput, MUNCH-Stack's phases, the prediction files — declared by the part itself and
+    collected by one loop (:func:`contributed_sections`)."""
+
+    def result_section(self, out_dir: Path) -> dict[str, Any]:
+        """``{CellResult field: value}``; paths relative to the cell's folder ``out_dir``."""
+
+
+def contributed_sections(parts: list, out_dir: Path) -> dict[str, Any]:
+    """The fields every :class:`ResultSection` among ``parts`` contributes (a field twice is an error)."""
+    fields = {f.name for f in dataclasses.fields(CellResult)}
+    out: dict[str, Any] = {}
+    for part in parts:
+        if not isinstance(part, ResultSection):
+            continue
+        for key, value in part.result_section(out_dir).items():
+            if key not in fields or key in out:
+                raise ValueError(f"{type(part).__name__}.result_section: {key!r} is "
+                                 f"{'not a results.json field' if key not in fields else 'contributed twice'}")
+            out[key] = value
+    return out
 
 
 # Fields of results.json that hold a section of scores or records (read as ``test.micro.f1`` …)

@@ -22,11 +22,13 @@ from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning import console, protocols
+from ner_lightning.build import overrides
 from ner_lightning.config import CONFIG_DIR, complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
 from ner_lightning.sweep.identity import cell_identity
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
+from ner_lightning.wandb_logging import finish_wandb
 
 log = logging.getLogger("ner_lightning")
 
@@ -39,19 +41,19 @@ def _device(cfg: DictConfig) -> dict:
     return devices.assign(cfg, hc.launcher, hc.sweep.dir)
 
 
-def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float) -> None:
+def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress: protocols.Progress) -> None:
     """``failure.json``: ``interrupted`` for Ctrl-C (Lightning turns it into SystemExit), SIGTERM
     (Lightning's SIGTERMException) and submitit's exit after a timeout / preemption requeue —
     the cell was stopped, not broken — else ``failed``."""
-    trainer = protocols.running_trainer()
+    epoch, step = progress.position()
     interrupted = exit_code(err) is not None
     failure = {
         "status": "interrupted" if interrupted else "failed",
-        "overrides": protocols.overrides(),
+        "overrides": overrides(),
         "error": "interrupted (Ctrl-C or SIGTERM); rerun the same command to resume" if interrupted
         else f"{type(err).__name__}: {err}",
-        "epoch": trainer.current_epoch if trainer is not None else None,
-        "global_step": trainer.global_step if trainer is not None else None,
+        "epoch": epoch,
+        "global_step": step,
         "finished": cells.now(),
         "elapsed_s": round(elapsed_s, 1),
         "traceback": traceback.format_exc(),
@@ -60,7 +62,7 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float) -> None:
         where = write_json_atomic(out_dir / "failure.json", failure)
     except OSError as write_err:
         where = f"nowhere: {write_err}"
-    log.error("run %s (%s): %s — details in %s", failure["status"], " ".join(protocols.overrides()) or "defaults",
+    log.error("run %s (%s): %s — details in %s", failure["status"], " ".join(overrides()) or "defaults",
               failure["error"], where)
 
 
@@ -76,17 +78,17 @@ def main(cfg: DictConfig) -> float | None:
     and drops them."""
     console.quiet(cfg.runtime.quiet)
     out_dir = Path(cfg.paths.output_dir)
-    protocols.clear_running()
+    progress = protocols.Progress()  # where training is, for failure.json
     t0 = time.time()
     try:
         with interrupts_raised(), cells.exclusive(out_dir, "cell"):  # FolderInUse: another process's, left alone
             try:
                 device = _device(cfg)
                 identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
-                prefix, resume = cells.begin(cfg, out_dir, protocols.overrides(), identity["sha256"], device)
-                return protocols.run_protocol(cfg, protocols.Cell(prefix, device, identity), resume)
+                prefix, resume = cells.begin(cfg, out_dir, overrides(), identity["sha256"], device)
+                return protocols.run_protocol(cfg, protocols.Cell(prefix, device, identity, progress), resume)
             except BaseException as err:
-                _write_failure(out_dir, err, time.time() - t0)  # while the folder is still ours
+                _write_failure(out_dir, err, time.time() - t0, progress)  # while the folder is still ours
                 raise
     except BaseException as err:
         code = exit_code(err)
@@ -94,8 +96,7 @@ def main(cfg: DictConfig) -> float | None:
             raise SystemExit(code) from None  # the sweep stops too: SystemExit passes Hydra's job runner
         raise
     finally:
-        protocols.clear_running()
-        protocols.finish_wandb()
+        finish_wandb()
 
 
 def cli() -> None:

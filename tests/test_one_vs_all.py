@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from ner_lightning.data.corpus import LabelSet
-from ner_lightning.models.encoder import TransformerEncoder, package_dir
+from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.resolvers import package_dir
 from ner_lightning.models.one_vs_all import OneVsAllModule, prefix_groups
 from tests.helpers import train
 

@@ -79,8 +79,10 @@ def test_summary_table_reports_missing_partitions(sweep):
     runs, failed = load_runs([sweep])
     assert len(runs) == 15 and len(failed) == 1
     out = summary_table(runs, ["loss", "size"], ["test.micro.f1"], 1000, 0).splitlines()
-    e = bootstrap_mean(CE[20][1:], 1000, 0)
-    assert out[2] == (f"| ce | 20 | {e.mean:.4f} ± {e.se:.4f} [{e.low:.4f}, {e.high:.4f}] | 3 | 0 | 10 |")
+    ref = stats.bootstrap((np.array(CE[20][1:]),), np.mean, n_resamples=1000, method="percentile",
+                          rng=np.random.default_rng(0))  # scipy's percentile bootstrap, the same draws
+    low, high = ref.confidence_interval
+    assert out[2] == (f"| ce | 20 | 0.4600 ± {ref.standard_error:.4f} [{low:.4f}, {high:.4f}] | 3 | 0 | 10 |")
     assert out[3].startswith("| ce | 50 |") and out[3].endswith("| 4 | – | 10 |")
 
 
@@ -300,6 +302,9 @@ def test_a_row_that_pools_other_settings_is_refused_naming_them(tmp_path, capsys
     main([str(tmp_path), "--by", "loss,size", "--metrics", "test.micro.f1", "--pool", "data.imbalance.entity_share"])
     assert "| 3 |" in capsys.readouterr().out
     main([str(tmp_path), "--by", "loss,size,data.imbalance.entity_share", "--metrics", "test.micro.f1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ce | 50 |")]
+    assert [(r.split(" | ")[2], r.split(" | ")[3].split(" ±")[0], r.split(" | ")[4]) for r in rows] == [
+        ("0.9", "0.9000", "1"), ("None", "0.5500", "2")]  # one row per setting: its mean, its n
 
 
 def test_the_same_run_twice_is_refused(tmp_path):

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from ner_lightning.data.corpus import LabelSet
-from ner_lightning.models.encoder import TransformerEncoder, package_dir
+from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.resolvers import package_dir
 from ner_lightning.models.two_task import TwoTaskModule, bio_log_probs, two_task_decode, two_task_targets
 from tests.helpers import train
 

@@ -6,8 +6,8 @@ from ner_lightning.callbacks.checkpointing import BestCheckpoint, ResumeCheckpoi
 from ner_lightning.callbacks.monitoring import EvalPrecision, TokenThroughput
 from ner_lightning.callbacks.multi_corpus import AuxiliaryPhases
 from ner_lightning.callbacks.predictions import PredictionWriter
-from ner_lightning.callbacks.schedules import AnnealOnPlateau, BatchBudget, ScheduleHorizon, schedule_horizon
+from ner_lightning.callbacks.schedules import AnnealOnPlateau, BatchBudget, ScheduleHorizon
 
 __all__ = ["AnnealOnPlateau", "AuxiliaryPhases", "BatchBudget", "BestCheckpoint", "EvalPrecision", "PredictionWriter",
            "ResumeCheckpoint",
-           "ScheduleHorizon", "TokenThroughput", "schedule_horizon"]
+           "ScheduleHorizon", "TokenThroughput"]

@@ -71,6 +71,9 @@ class TokenThroughput(pl.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         self._close("train", pl_module)
 
+    def result_section(self, out_dir) -> dict:
+        return {"throughput": self.summary()}
+
     def summary(self) -> dict:
         out = {}
         for s in self.STAGES:
@@ -97,6 +100,5 @@ class EvalPrecision(pl.Callback):
         self.precision = precision
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if pl_module.eval_precision != self.precision:
-            log.debug("precision: training %s, evaluation %s", trainer.precision, self.precision)
-        pl_module.eval_precision = self.precision
+        log.debug("precision: training %s, evaluation %s", trainer.precision, self.precision)
+        pl_module.evaluate_in(self.precision)

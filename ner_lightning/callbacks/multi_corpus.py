@@ -32,14 +32,18 @@ class AuxiliaryPhases(ScheduleHorizon):
         for key, value in state.items():
             setattr(self, key, value)
 
+    def result_section(self, out_dir) -> dict:
+        return {"phases": self.history}
+
     def on_train_start(self, trainer, pl_module) -> None:
-        trainer.datamodule.phase = self.phase  # where a resumed run left off
+        trainer.datamodule.use_phase(self.phase)  # where a resumed run left off
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         """The phases bound the run: at most ``max_epochs`` per auxiliary (``trainer.max_epochs``
         and ``min_epochs`` do not apply under MUNCH-Stack)."""
+        super().setup(trainer, pl_module, stage)
         dm = trainer.datamodule
-        if dm.scheme != "munch_stack":
+        if not dm.has_phases:
             raise ValueError("AuxiliaryPhases (multitask.phases) is MUNCH-Stack's: use it with multitask=munch_stack")
         if stage == "fit":
             trainer.fit_loop.max_epochs = self.max_epochs * len(dm.aux_names)
@@ -90,7 +94,7 @@ class AuxiliaryPhases(ScheduleHorizon):
             trainer.should_stop = True
             return
         self.phase += 1
-        dm.phase = self.phase
+        dm.use_phase(self.phase)
         self.epochs_in_phase, self.bad_epochs, self.best = 0, 0, None
         anneal = next((c for c in trainer.callbacks if isinstance(c, AnnealOnPlateau)), None)
         if anneal is not None:

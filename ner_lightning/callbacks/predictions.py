@@ -1,6 +1,7 @@
 """Dev and test predictions of the selected model, written next to ``results.json``."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -19,6 +20,9 @@ class PredictionWriter(pl.Callback):
     def __init__(self, dirpath: str):
         self.dirpath = Path(dirpath)
         self.written: dict[str, str] = {}  # split -> file
+
+    def result_section(self, out_dir: Path) -> dict:
+        return {"predictions": {split: os.path.relpath(path, out_dir) for split, path in self.written.items()}}
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module) -> None:
         if trainer.sanity_checking or "val" not in pl_module.predictions or not pl_module.history:

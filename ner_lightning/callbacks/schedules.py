@@ -11,8 +11,9 @@ log = logging.getLogger("ner_lightning")
 
 
 class ScheduleHorizon(pl.Callback, abc.ABC):
-    """A callback that owns the length of the learning-rate schedule (``NERModule`` reads it in
-    ``configure_optimizers`` through :func:`schedule_horizon`; at most one per run).
+    """A callback that owns the length of the learning-rate schedule: it hands itself to the
+    module in ``setup`` (``NERModule.use_schedule``, read in ``configure_optimizers``; at most
+    one per run).
     ``restarts_schedule``: the schedule starts over during training (one run of it per phase),
     so reaching the end of the learning rate does not end training."""
 
@@ -22,14 +23,9 @@ class ScheduleHorizon(pl.Callback, abc.ABC):
     def schedule_steps(self, trainer: pl.Trainer) -> int:
         """Optimiser-scheduler steps of one run of the schedule."""
 
-
-def schedule_horizon(trainer: pl.Trainer) -> ScheduleHorizon | None:
-    """The one callback that owns the schedule's length, or None (the fit's stepping batches)."""
-    owners = [c for c in trainer.callbacks if isinstance(c, ScheduleHorizon)]
-    if len(owners) > 1:
-        raise ValueError("two callbacks set the learning-rate schedule's length: "
-                         f"{', '.join(type(c).__name__ for c in owners)}; keep one of them")
-    return owners[0] if owners else None
+    def setup(self, trainer: pl.Trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            pl_module.use_schedule(self)
 
 
 class BatchBudget(ScheduleHorizon):
@@ -47,6 +43,7 @@ class BatchBudget(ScheduleHorizon):
         self.batches = int(batches)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         if stage != "fit":
             return
         if trainer.max_epochs not in (None, -1) or trainer.max_steps not in (None, -1):

@@ -204,6 +204,21 @@ class BatchLayout(NamedTuple):
     corpora: tuple[int, ...]  # corpus index of each row (0 = main; multi-corpus batches)
 
 
+FRAMINGS = ("tagging", "mrc")
+
+
+def aligner_for(framing: str, tokenizer, max_length: int, queries: Sequence[str] = ()) -> SubwordAligner:
+    """The encoder inputs an objective's ``framing`` reads (``NERModule.framing``, ``data.framing``):
+    ``tagging`` one input per sentence chunk (:class:`SubwordAligner`), ``mrc`` one per chunk and
+    entity type with that type's query (:class:`QueryAligner`, ``queries`` in label order). The
+    data module, an exported model and prediction all build their inputs through this."""
+    if framing == "mrc":
+        return QueryAligner(tokenizer, max_length, list(queries))
+    if framing == "tagging":
+        return SubwordAligner(tokenizer, max_length)
+    raise ValueError(f"data.framing must be one of {FRAMINGS}, got {framing!r}")
+
+
 def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
     """Pad a batch to its longest member; ``word_starts`` padded with 0 and masked. Also carries
     its :class:`BatchLayout` (``layout``) and packing plan (``pack``, ``data/packing.py``)."""

@@ -10,7 +10,7 @@ import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader, Sampler
 
-from ner_lightning.data.alignment import SPAN_TAGS, Feature, QueryAligner, SubwordAligner, collate_features
+from ner_lightning.data.alignment import SPAN_TAGS, Feature, aligner_for, collate_features
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
 from ner_lightning.data.regimes import (
     UNTYPED, augment, balanced_undersample, imbalance_sample, project_entity_types, resample,
@@ -181,14 +181,9 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.augment = dict(augment)
         self.label_scheme = label_scheme
         self.label_set = self._label_set()
-        if framing not in ("tagging", "mrc"):
-            raise ValueError(f"data.framing must be tagging or mrc, got {framing!r}")
         self.framing = framing
-        if framing == "mrc":
-            types = self.label_set.entity_types
-            self.aligner = QueryAligner(tokenizer, max_length, [corpus.query(t) for t in types])
-        else:
-            self.aligner = SubwordAligner(tokenizer, max_length)
+        queries = [corpus.query(t) for t in self.label_set.entity_types] if framing == "mrc" else []
+        self.aligner = aligner_for(framing, tokenizer, max_length, queries)
         self.sentences: dict[str, list[Sentence]] = {}
         self.features: dict[str, list[Feature]] = {}
         self._eval_batches: dict[str, list[dict]] = {}

@@ -88,9 +88,21 @@ class MultiCorpusDataModule(LowResourceDataModule):
         self.aux_size, self.aux_test_size = aux_size, aux_test_size
         self.scheme, self.aux_order, self.aux_sort_from = scheme, aux_order, list(aux_sort_from or [])
         self.aux_names: list[str] = names  # in training order after setup
-        self.phase = 0  # MUNCH-Stack: index of the auxiliary in use (callbacks.AuxiliaryPhases)
+        self.phase = 0  # MUNCH-Stack: index of the auxiliary in use (use_phase)
         self.aux_sentences: dict[str, dict[str, list[Sentence]]] = {}
         self.aux_features: dict[str, dict[str, list]] = {}
+
+    @property
+    def has_phases(self) -> bool:
+        """MUNCH-Stack: training moves through the auxiliaries one phase each (:meth:`use_phase`)."""
+        return self.scheme == "munch_stack"
+
+    def use_phase(self, phase: int) -> None:
+        """Train with auxiliary ``phase`` (in training order) from the next epoch on; the phases'
+        callback (``callbacks.AuxiliaryPhases``) says when."""
+        if not self.has_phases or not 0 <= phase < len(self.aux_names):
+            raise ValueError(f"phase {phase}: {self.scheme} has {'no phases' if not self.has_phases else f'phases 0..{len(self.aux_names) - 1}'}")
+        self.phase = phase
 
     @property
     def aux_label_sets(self) -> dict[str, LabelSet]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable, ClassVar, Iterable, NamedTuple
+from typing import Callable, ClassVar, Iterable, NamedTuple, Protocol
 
 import numpy as np
 import pytorch_lightning as pl
@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from lightning_fabric.utilities.apply_func import move_data_to_device
 from transformers import get_linear_schedule_with_warmup
 
-from ner_lightning.callbacks.schedules import schedule_horizon
 from ner_lightning.data.alignment import BatchLayout
 from ner_lightning.data.corpus import OUTSIDE, LabelSet
 from ner_lightning.data.datamodule import MAIN
@@ -103,6 +102,14 @@ def set_rng_states(state: dict) -> None:
     random.setstate(state["python"])
 
 
+class ScheduleOwner(Protocol):
+    """What owns the length of the learning-rate schedule when the fit's stepping batches do not
+    (a batch budget, MUNCH-Stack's phases: ``callbacks.schedules.ScheduleHorizon``)."""
+
+    def schedule_steps(self, trainer: pl.Trainer) -> int:
+        """Optimiser-scheduler steps of one run of the schedule."""
+
+
 class NERModule(pl.LightningModule):
     """Base LightningModule: AdamW-style optimiser with linear warm-up and decay."""
 
@@ -135,8 +142,22 @@ class NERModule(pl.LightningModule):
         self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
         self.predictions: dict[str, dict[str, list[list[str]]]] = {}  # latest IOB2 tags per stage and corpus
         self._predictions: dict[str, list] = {"val": [], "test": []}  # (decoded output, layout) per batch
-        self.eval_precision: str | None = None  # set by callbacks.EvalPrecision; None = trainer.precision
+        self.eval_precision: str | None = None  # evaluate_in (callbacks.EvalPrecision); None = trainer.precision
+        self.schedule_owner: ScheduleOwner | None = None  # use_schedule; None = the fit's stepping batches
         self.train()  # from_pretrained leaves the encoder in eval mode (dropout off)
+
+    # --- what other parts of the run hand to the module -------------------------------------------
+    def evaluate_in(self, precision: str) -> None:
+        """Run the encoder of dev/test evaluation in ``precision`` (a Lightning name), training
+        keeping ``trainer.precision`` (:meth:`word_states`)."""
+        self.eval_precision = precision
+
+    def use_schedule(self, owner: ScheduleOwner) -> None:
+        """``owner`` sets the length of the learning-rate schedule (one per run)."""
+        if self.schedule_owner is not None and self.schedule_owner is not owner:
+            raise ValueError("two callbacks set the learning-rate schedule's length: "
+                             f"{type(self.schedule_owner).__name__}, {type(owner).__name__}; keep one of them")
+        self.schedule_owner = owner
 
     # --- to implement per family ---------------------------------------------------------------
     def training_loss(self, batch: dict) -> torch.Tensor:
@@ -441,9 +462,9 @@ class NERModule(pl.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(params=self.optimizer_parameters())
-        # A ScheduleHorizon callback may own the schedule's length: MUNCH-Stack's phases (it
+        # A callback may own the schedule's length (use_schedule): MUNCH-Stack's phases (it
         # restarts once per phase), a batch budget (callbacks.batch_budget).
-        horizon = schedule_horizon(self.trainer)
-        total = horizon.schedule_steps(self.trainer) if horizon is not None else self.trainer.estimated_stepping_batches
+        owner = self.schedule_owner
+        total = owner.schedule_steps(self.trainer) if owner is not None else self.trainer.estimated_stepping_batches
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
 from typing import NamedTuple
@@ -26,17 +25,6 @@ log = logging.getLogger(__name__)
 
 class EncoderLoadError(RuntimeError):
     """The encoder or tokenizer could not be loaded; the message says what to do."""
-
-
-def package_dir(package: str, sub: str = "") -> str:
-    """Folder of an installed package (for the ``${package_dir:...}`` config resolver)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise EncoderLoadError(
-            f"package {package!r} is not installed; run `make install` (or "
-            f"`pip install {package.replace('_', '-')}`)"
-        )
-    return str(Path(next(iter(spec.submodule_search_locations))) / sub)
 
 
 def _looks_local(name: str) -> bool:

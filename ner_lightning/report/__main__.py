@@ -33,6 +33,7 @@ import json
 import sys
 from pathlib import Path
 
+from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unknown_baseline, unknown_keys
 from ner_lightning.report.runs import choose_on_dev, load_runs, load_trials, mixed_settings, select_on_dev
 from ner_lightning.report.tables import (
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.dirs:
         raise SystemExit("give the sweep folders to report on (or --claims FILE)")
+    args.dirs = [p for d in args.dirs for p in (run_store.expand(str(d)) or [d])]  # patterns into run stores
     runs, failed = load_runs(args.dirs, args.strict)
     if not runs and not failed:
         raise SystemExit(f"no results.json under {', '.join(map(str, args.dirs))}")
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     if failed:
         print(f"\n{len(failed)} failed cell(s):")
         for f in failed:
-            print(f"- {f.parent.name}: {json.loads(f.read_text())['error'].splitlines()[0]}")
+            print(f"- {f.parent.name}: {json.loads(run_store.read_text(f))['error'].splitlines()[0]}")
 
 
 def _print_comparisons(args: argparse.Namespace, runs: list[dict], by: list[str], metrics: list[str],

@@ -2,7 +2,9 @@
 different settings, the same run counted twice."""
 from __future__ import annotations
 
-from ner_lightning.report.runs import RESULT_KEYS, RESULT_VALUES, labels, lookup, pair_id, partition_label
+from ner_lightning.report.runs import (
+    RESULT_KEYS, RESULT_VALUES, baseline_value, labels, lookup, pair_id, parse_baseline, partition_label,
+)
 from ner_lightning.results import GRID_PATHS
 from ner_lightning.sweep.identity import flat, settings
 
@@ -107,13 +109,11 @@ def unknown_keys(runs: list[dict], by: list[str], metrics: list[str]) -> list[st
 
 def unknown_baseline(runs: list[dict], baseline: str | None, by: list[str]) -> list[str]:
     """A --baseline KEY=VALUE whose KEY is not a --by key or whose VALUE no row has."""
-    from ner_lightning.report.tables import _baseline_value, _parse_baseline
-
     if not baseline:
         return []
-    _parse_baseline(baseline, by)  # KEY=VALUE with KEY one of --by, or it stops the report
+    parse_baseline(baseline, by)  # KEY=VALUE with KEY one of --by, or it stops the report
     key, _, value = baseline.partition("=")
     present = set(labels(runs, key))
-    if _baseline_value(value, present) not in present:
+    if baseline_value(value, present) not in present:
         return [f"--baseline {baseline}: no row has {key}={value}; rows have {key} = {', '.join(sorted(present))}"]
     return []

@@ -42,6 +42,7 @@ import numpy as np
 import yaml
 from scipy import stats
 
+from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
 from ner_lightning.report.runs import group, labels, load_runs, select_on_dev
 from ner_lightning.report.stats import bootstrap_mean, holm
@@ -109,7 +110,7 @@ def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[f
 
 def _runs(spec: dict, root: Path) -> list[dict]:
     """The runs a claim or figure reads: its ``runs`` glob patterns under ``root``, filtered by ``where``."""
-    folders = [match for pattern in spec["runs"] for match in sorted(root.glob(pattern))]
+    folders = [match for pattern in spec["runs"] for match in run_store.glob(root, pattern)]
     if not folders:
         raise SystemExit(f"{spec.get('id', spec.get('name'))}: no folder matches {spec['runs']} under {root}")
     runs, _ = load_runs(folders)

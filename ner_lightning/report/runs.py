@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+from ner_lightning import run_store
 from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES
 from ner_lightning.sweep.cells import TUNE
 
@@ -12,16 +13,18 @@ RESULT_KEYS = tuple(f"{section}." for section in RESULT_SECTIONS)
 
 
 def load_runs(dirs: list[Path], strict: bool = False) -> tuple[list[dict], list[Path]]:
-    """All results under ``dirs`` and the failures of cells that have no results (a rerun that
-    succeeded supersedes an old ``failure.json`` in the same folder). A results.json that cannot
-    be read is named and skipped (``strict``: the report stops)."""
+    """All results under ``dirs`` (folders, or folders a run store holds: ner_lightning/run_store.py)
+    and the failures of cells that have no results (a rerun that succeeded supersedes an old
+    ``failure.json`` in the same folder). A results.json that cannot be read is named and
+    skipped (``strict``: the report stops)."""
     runs, failed = [], []
     for d in dirs:
-        if not Path(d).exists():
-            raise SystemExit(f"{d}: no such folder")
-        for path in sorted(Path(d).rglob("results.json")):
+        if not run_store.exists(Path(d)):
+            raise SystemExit(f"{d}: no such folder (nor a run store holding it)")
+        results = run_store.files_named(Path(d), "results.json")
+        for path in results:
             try:
-                run = json.loads(path.read_text())
+                run = json.loads(run_store.read_text(path))
             except (OSError, ValueError) as err:
                 if strict:
                     raise SystemExit(f"{path}: not a readable results.json ({err}); remove or rerun that cell") from None
@@ -29,7 +32,8 @@ def load_runs(dirs: list[Path], strict: bool = False) -> tuple[list[dict], list[
                 continue
             run["_dir"] = str(path.parent)
             runs.append(run)
-        failed += [f for f in sorted(Path(d).rglob("failure.json")) if not (f.parent / "results.json").exists()]
+        done = {p.parent for p in results}
+        failed += [f for f in run_store.files_named(Path(d), "failure.json") if f.parent not in done]
     return runs, failed
 
 
@@ -37,8 +41,8 @@ def load_trials(dirs: list[Path]) -> list[dict]:
     """Tuning trials (``tune.json``, one per Hydra job) in job order, with ``trial`` = job number."""
     trials = []
     for d in dirs:
-        for path in Path(d).rglob(TUNE):
-            record = json.loads(path.read_text())
+        for path in run_store.files_named(Path(d), TUNE):
+            record = json.loads(run_store.read_text(path))
             number = path.parent.name.split("_", 1)[0]
             record["trial"] = int(number) if number.isdigit() else len(trials)
             trials.append(record)
@@ -183,3 +187,27 @@ def choose_on_dev(runs: list[dict], key: str, by: list[str]) -> list[dict]:
         best = max(means, key=means.get)
         choices.append({"row": ident, "key": key, "best": best, "means": means, "partitions": shared})
     return choices
+
+
+def parse_baseline(baseline: str, by: list[str]) -> tuple[int, str]:
+    key, _, value = baseline.partition("=")
+    if key not in by or not value:
+        raise SystemExit(f"--baseline {baseline!r}: give KEY=VALUE with KEY one of --by ({','.join(by)})")
+    return by.index(key), value
+
+
+def baseline_value(value: str, present: set[str]) -> str:
+    """The row value the baseline names, written as on Hydra's command line: ``false``,
+    ``null`` and ``1e-3`` name the rows ``False``, ``None`` and ``0.001``."""
+    if value in present:
+        return value
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        typed = OverridesParser.create().parse_override(f"k={value}").value()
+    except Exception:  # noqa: BLE001 - not a Hydra value: keep the text
+        return value
+    for text in (str(typed), *shown([typed])):
+        if text in present:
+            return text
+    return value

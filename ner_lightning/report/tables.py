@@ -7,7 +7,10 @@ import io
 import math
 import statistics
 
-from ner_lightning.report.runs import group, labels, lookup, pair_id, partition_label, shown, sort_key
+from ner_lightning.report.checks import unpaired_rows
+from ner_lightning.report.runs import (
+    baseline_value, group, labels, lookup, pair_id, parse_baseline, partition_label, sort_key,
+)
 from ner_lightning.report.stats import Comparison, bootstrap_mean, holm, paired_compare
 
 
@@ -38,34 +41,10 @@ def summary_table(runs: list[dict], by: list[str], metrics: list[str], resamples
     return "\n".join(out)
 
 
-def _parse_baseline(baseline: str, by: list[str]) -> tuple[int, str]:
-    key, _, value = baseline.partition("=")
-    if key not in by or not value:
-        raise SystemExit(f"--baseline {baseline!r}: give KEY=VALUE with KEY one of --by ({','.join(by)})")
-    return by.index(key), value
-
-
-def _baseline_value(value: str, present: set[str]) -> str:
-    """The row value the baseline names, written as on Hydra's command line: ``false``,
-    ``null`` and ``1e-3`` name the rows ``False``, ``None`` and ``0.001``."""
-    if value in present:
-        return value
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        typed = OverridesParser.create().parse_override(f"k={value}").value()
-    except Exception:  # noqa: BLE001 - not a Hydra value: keep the text
-        return value
-    for text in (str(typed), *shown([typed])):
-        if text in present:
-            return text
-    return value
-
-
 def baseline_row_value(runs: list[dict], baseline: str) -> str:
     """``--baseline KEY=VALUE``'s VALUE as the runs' rows write it (for tables and figures)."""
     key, _, value = baseline.partition("=")
-    return _baseline_value(value, set(labels(runs, key)))
+    return baseline_value(value, set(labels(runs, key)))
 
 
 def paired_by_partition(method: list[dict], base: list[dict], metric: str) -> dict[tuple, tuple[float, float]]:
@@ -100,13 +79,12 @@ def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: s
     """Every row against the baseline row with the same other ``by`` values, per metric; the
     p-values of ``test`` get Holm's correction across all comparisons of a metric. Rows whose
     runs differ in more than the ``by`` keys (say, typed vs untyped labels) are refused."""
-    from ner_lightning.report.checks import unpaired_rows
 
     if test not in TESTS:
         raise SystemExit(f"--test must be one of {TESTS}, got {test!r}")
-    at, value = _parse_baseline(baseline, by)
+    at, value = parse_baseline(baseline, by)
     rows = group(runs, by)
-    value = _baseline_value(value, {k[at] for k in rows})
+    value = baseline_value(value, {k[at] for k in rows})
     pairs = [(key, key[:at] + (value,) + key[at + 1:]) for key in rows]
     pairs = [(key, ref) for key, ref in pairs if key[at] != value and ref in rows]
     problems = unpaired_rows(rows, pairs, by, pool)

@@ -9,7 +9,9 @@ device (``running: gpu 0 x4, gpu 1 x4``). ``--cells`` lists every cell, with its
 ``export`` copies the manifest, ``multirun.yaml`` and each finished cell's ``results.json``
 (and a tuning trial's ``tune.json``) — no checkpoints, logs or partial cells — into a folder
 that the report reads and that a sweep resumes from: copy it back to a sweep folder and rerun
-the sweep's command, and the exported cells are skipped (same config hash).
+the sweep's command, and the exported cells are skipped (same config hash). A destination
+ending in ``.jsonl.xz`` is one compressed file instead (a run store, ner_lightning/run_store.py),
+which the report reads as the folder; ``python -m ner_lightning.run_store unpack`` makes the folder.
 
 ``reidentify`` repairs the results of cells that the parallel launcher ran while it wrote the
 device it pinned into ``trainer.accelerator`` (their identity then differed from the manifest's
@@ -25,6 +27,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from ner_lightning import run_store
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import accelerator_restored
@@ -81,19 +84,20 @@ def placement(rows: list[dict]) -> str:
 
 
 def export(sweep_dir: Path, dest: Path) -> tuple[int, int]:
-    """Copy what a sweep's results need (see the module docstring); returns the cells copied
-    and the cells of the grid."""
+    """Copy what a sweep's results need (see the module docstring) to the folder ``dest``, or into
+    one run store when ``dest`` ends in ``.jsonl.xz`` (ner_lightning/run_store.py); returns the
+    cells exported and the cells of the grid."""
     status = sweep_status(sweep_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in (cells.MANIFEST, "multirun.yaml"):
-        if (sweep_dir / name).is_file():
-            shutil.copy2(sweep_dir / name, dest / name)
     done = [r for r in status["rows"] if r["state"] == "done"]
-    for r in done:
-        (dest / r["dir"]).mkdir(parents=True, exist_ok=True)
-        for name in (cells.RESULTS, cells.TUNE):
-            if (sweep_dir / r["dir"] / name).is_file():
-                shutil.copy2(sweep_dir / r["dir"] / name, dest / r["dir"] / name)
+    files = [name for name in (cells.MANIFEST, "multirun.yaml") if (sweep_dir / name).is_file()]
+    files += [f"{r['dir']}/{name}" for r in done for name in (cells.RESULTS, cells.TUNE)
+              if (sweep_dir / r["dir"] / name).is_file()]
+    if dest.name.endswith(run_store.SUFFIX):
+        run_store.write_store([(rel, (sweep_dir / rel).read_text(encoding="utf-8")) for rel in files], dest)
+        return len(done), len(status["rows"])
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sweep_dir / rel, dest / rel)
     return len(done), len(status["rows"])
 
 
@@ -124,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="done / failed / running / missing cells of a sweep")
     st.add_argument("sweep_dir", type=Path)
     st.add_argument("--cells", action="store_true", help="one line per cell")
-    ex = sub.add_parser("export", help="copy the manifest and finished cells' results.json (no checkpoints) to a folder")
+    ex = sub.add_parser("export", help="copy the manifest and finished cells' results.json (no checkpoints) to a folder, "
+                        "or a run store (DEST ending in .jsonl.xz)")
     ex.add_argument("sweep_dir", type=Path)
     ex.add_argument("dest", type=Path)
     re = sub.add_parser("reidentify", help="repair results recorded with the device the parallel launcher pinned")

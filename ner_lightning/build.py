@@ -1,0 +1,85 @@
+"""Building one run from its config: the data module, the objective family, the callbacks, the
+loggers and the Trainer (``ner_lightning.protocols`` runs what this builds)."""
+from __future__ import annotations
+
+import logging
+
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import EarlyStopping
+
+from ner_lightning.callbacks import ScheduleHorizon
+from ner_lightning.data.datamodule import MAIN
+from ner_lightning.hardware import trainer_precision
+from ner_lightning.models.heads import build_family
+from ner_lightning.results import grid_keys
+
+log = logging.getLogger("ner_lightning")
+
+
+def overrides() -> list[str]:
+    """The command-line overrides of the running Hydra job (none outside Hydra)."""
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def check_protocol(cfg: DictConfig) -> None:
+    """Refuse configs whose model selection would read the training data."""
+    ckpt = (cfg.get("callbacks") or {}).get("model_checkpoint")
+    if cfg.data.get("train_on_dev") and ckpt and ckpt.get("monitor") is not None:
+        raise ValueError("data.train_on_dev=true trains on the dev sentences, so selecting the checkpoint on dev "
+                         f"({ckpt.monitor}) would select on training data: set callbacks.model_checkpoint.monitor=null "
+                         "and callbacks.early_stopping=null to test the final model (experiment=munch_paper does)")
+
+
+def build_module(cfg: DictConfig, encoder, datamodule) -> pl.LightningModule:
+    """The objective family of ``cfg.loss`` with a head for each corpus of the data module."""
+    return build_family(cfg.loss, encoder, {MAIN: datamodule.label_set, **datamodule.aux_label_sets})
+
+
+def build_datamodule(cfg: DictConfig, tokenizer) -> pl.LightningDataModule:
+    """``data``'s data module; under a multi-corpus scheme, ``multitask.datamodule`` built with
+    every ``data`` key on top of its own (the main corpus exactly as a single-corpus run has it)."""
+    if cfg.multitask.get("datamodule") is None:
+        return instantiate(cfg.data, tokenizer=tokenizer)
+    main = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k not in ("_target_", "tokenizer")}
+    return instantiate(cfg.multitask.datamodule, tokenizer=tokenizer, **main)
+
+
+def _instantiate_group(group: DictConfig | None) -> list:
+    if not group:
+        return []
+    return [instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
+
+
+def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
+    """The ``callbacks`` group, plus MUNCH-Stack's phases (``multitask.phases``). A callback that
+    restarts the learning-rate schedule (:class:`ScheduleHorizon` with ``restarts_schedule``)
+    ends training itself, so early stopping is left out: it would end the run in the first phase."""
+    callbacks = _instantiate_group(cfg.get("callbacks"))
+    if cfg.multitask.get("phases") is not None:
+        callbacks.append(instantiate(cfg.multitask.phases))
+    if any(isinstance(c, ScheduleHorizon) and c.restarts_schedule for c in callbacks):
+        dropped = [c for c in callbacks if isinstance(c, EarlyStopping)]
+        if dropped:
+            log.info("early stopping left out: %s restarts the schedule and ends training itself",
+                     next(type(c).__name__ for c in callbacks if isinstance(c, ScheduleHorizon)))
+        callbacks = [c for c in callbacks if not isinstance(c, EarlyStopping)]
+    return callbacks
+
+
+def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:
+    """The Trainer with the run's callbacks and loggers (the grid keys logged on top)."""
+    callbacks = build_callbacks(cfg)
+    loggers = _instantiate_group(cfg.get("logger"))
+    precision = trainer_precision(cfg.trainer.precision, cfg.trainer.accelerator,
+                                  instantiate(cfg.trainer.get("plugins")))
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **precision)
+    grid = grid_keys(cfg, overrides())
+    for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
+        lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})
+    return trainer, callbacks, loggers

@@ -1,0 +1,119 @@
+"""The OmegaConf resolvers ``conf/`` uses, registered when the package is imported:
+``${repo_root:}``, ``${package_dir:pkg,sub}``, ``${if_null:value,default}``, ``${sweep_cell:num}``
+(a cell's number in its sweep manifest), ``${parallel_jobs:}``, ``${cells_per_gpu:}``,
+``${best_precision:accelerator,model,stage}``, ``${fused_adamw:precision}``,
+``${eval_batch_tokens:accelerator}``, ``${at_most:value,limit}``, ``${folder_name:text}``,
+``${cell_run_id:folder}``, ``${sweep_name:experiment,sweep_dir}``.
+
+The top floor of the package: each resolver hands over to the module that owns the answer
+(hardware, precision, sweep), which is why no module below imports this one."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ner_lightning.config import REPO_ROOT
+
+
+def package_dir(package: str, sub: str = "") -> str:
+    """``${package_dir:pkg,sub}``: folder of an installed package (the offline encoder ships as one)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; run `make install` (or "
+            f"`pip install {package.replace('_', '-')}`)"
+        )
+    return str(Path(next(iter(spec.submodule_search_locations))) / sub)
+
+
+def register_resolvers() -> None:
+    resolvers = {
+        "repo_root": lambda: str(REPO_ROOT), "package_dir": package_dir,
+        "if_null": lambda value, default: default if value is None else value,
+        "sweep_cell": _sweep_cell, "parallel_jobs": _parallel_jobs, "cells_per_gpu": _cells_per_gpu, "best_precision": _best_precision,
+        "fused_adamw": _fused_adamw, "eval_batch_tokens": _eval_batch_tokens, "at_most": _at_most, "folder_name": _folder_name, "cell_run_id": _cell_run_id,
+        "sweep_name": _sweep_name,
+    }
+    for name, resolver in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
+
+
+def _at_most(value: int, limit: int) -> int:
+    """``${at_most:10,${trainer.max_epochs}}``: ``value``, or ``limit`` when that is smaller and
+    not negative (-1 = no limit)."""
+    return value if limit is None or limit < 0 else min(value, limit)
+
+
+def _folder_name(text: str) -> str:
+    """``${folder_name:...}``: one folder name, never nested ("/" in an override value becomes "%2F")."""
+    return str(text).replace("/", "%2F")
+
+
+def _sweep_name(experiment: str | None, sweep_dir: str) -> str:
+    """``${sweep_name:${hydra:runtime.choices.experiment},${hydra:sweep.dir}}``: the W&B group of a
+    sweep's cells — the experiment (if any) and when the sweep started (``multirun/<date>/<time>``),
+    or the folder's name for a sweep folder of the user's choosing: ``replication_auc2t
+    2026-11-25 16:06:32``."""
+    folder = Path(str(sweep_dir))
+    date, time = folder.parent.name, folder.name
+    if len(date) == 10 and date[4] == date[7] == "-" and len(time) >= 8 and time[2] == time[5] == "-":
+        name = f"{date} {time[:8].replace('-', ':')}"
+    else:
+        name = folder.name
+    return f"{experiment} {name}" if experiment else name
+
+
+def _cell_run_id(output_dir: str) -> str:
+    """``${cell_run_id:${paths.output_dir}}``: the W&B run id of a cell — its folder and, once it has
+    started, its identity (``cell.json``) — so every attempt of a resumed cell logs into one run."""
+    import hashlib
+    import json
+
+    if output_dir is None:  # a sweeper composing cells before they have folders
+        return ""
+    try:
+        identity = json.loads((Path(output_dir) / "cell.json").read_text()).get("config_sha256", "")
+    except (OSError, ValueError):
+        identity = ""
+    return hashlib.sha256(f"{Path(output_dir).resolve()}|{identity}".encode()).hexdigest()[:16]
+
+
+def _sweep_cell(job_num) -> int:
+    from ner_lightning.sweep.cells import cell_number
+
+    return cell_number(job_num)
+
+
+def _best_precision(accelerator: str = "auto", model=None, stage: str = "train") -> str:
+    """``${best_precision:accelerator,${model},train|eval}``: measured (ner_lightning/precision.py);
+    without a model, the flags' rule (``${best_precision:cpu}``)."""
+    from ner_lightning.precision import best_precision
+
+    return best_precision(accelerator, model, stage)
+
+
+def _eval_batch_tokens(accelerator: str = "auto") -> int | None:
+    from ner_lightning.hardware import eval_batch_tokens
+
+    return eval_batch_tokens(accelerator)
+
+
+def _fused_adamw(precision: str) -> bool:
+    from ner_lightning.hardware import fused_adamw
+
+    return fused_adamw(precision)
+
+
+def _parallel_jobs(cells_per_gpu: int = 1) -> int:
+    from ner_lightning.sweep.devices import default_parallel_jobs
+
+    return default_parallel_jobs(cells_per_gpu)
+
+
+def _cells_per_gpu() -> int:
+    from ner_lightning.sweep.devices import default_cells_per_gpu
+
+    return default_cells_per_gpu()
