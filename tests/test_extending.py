@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from ner_lightning.callbacks import BatchBudget
 from ner_lightning.callbacks.multi_corpus import AuxiliaryPhases
 from ner_lightning.losses import TokenLoss
-from tests.helpers import train
+from tests.helpers import train, train_watching
 
 
 class LabelSmoothedCE(TokenLoss):
@@ -39,14 +39,16 @@ def my_conf(tmp_path):
     ["loss=mrc", "token_loss@loss.token_loss=smoothed_ce"],  # the MRC head's loss
     ["multitask=multitask", "token_loss@loss.token_loss=smoothed_ce"],  # every corpus's head
 ])
-def test_a_new_token_loss_class_and_yaml_train_everywhere_a_token_loss_is_accepted(multi_cfg, my_conf, where):
+def test_a_new_token_loss_class_and_yaml_train_everywhere_a_token_loss_is_accepted(multi_cfg, my_conf, where,
+                                                                                    monkeypatch):
     LabelSmoothedCE.calls = 0
     single = [] if "multitask=multitask" in where else ["aux=[]"]
     cfg = multi_cfg(my_conf, *where, *single, "trainer.max_epochs=1")
     loss = cfg.loss.token_loss.get("base", cfg.loss.token_loss)
     assert loss._target_ == "tests.test_extending.LabelSmoothedCE" and loss.smoothing == 0.1
-    results = train(cfg)
-    assert LabelSmoothedCE.calls > 0 and results["test"]["micro"]["f1"] is not None
+    results, moved = train_watching(cfg, monkeypatch)
+    assert LabelSmoothedCE.calls >= results["compute"]["train_forward_passes"] > 0  # every training step used it
+    assert max(v for k, v in moved.items() if not k.startswith("encoder.")) > 0 and results["test"]["micro"]["support"] > 0
 
 
 def test_the_schedule_horizon_has_one_owner():

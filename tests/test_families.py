@@ -1,4 +1,6 @@
 """Objective families through the shared module machinery."""
+from pathlib import Path
+
 import pytest
 import torch
 from hydra.utils import instantiate
@@ -80,11 +82,21 @@ def assert_padding_invariant(module, hidden, batch):
     assert grad[0, [0, 3, 5]].abs().sum() == 0 and grad[1, [0, 2, 4, 5]].abs().sum() == 0
 
 
-def test_every_loss_trains_and_evaluates(toy_cfg):
+def test_every_loss_trains_and_evaluates(toy_cfg, monkeypatch):
+    """Every loss moves the encoder and its heads in one epoch, and the test split is scored
+    against all its gold entities (the toy test split's spans, counted from its tags)."""
+    from tests.helpers import train_watching
+
+    test_tags = [line.split()[-1] for line in (Path(toy_cfg().dataset.dir) / "test.txt").read_text().splitlines()
+                 if line.strip() and not line.startswith("-DOCSTART-")]
+    gold_spans = sum(t.startswith("B-") for t in test_tags)
     for loss in LOSSES + TWO_TASK + OVA:
         scheme = "data.label_scheme=untyped" if loss in TWO_TASK else "data.label_scheme=typed"
-        res = train(toy_cfg(f"loss={loss}", scheme, "trainer.max_epochs=1"))
-        assert res["status"] == "ok" and res["test"]["micro"]["support"] > 0, loss
+        res, moved = train_watching(toy_cfg(f"loss={loss}", scheme, "trainer.max_epochs=1"), monkeypatch)
+        encoder = max(v for k, v in moved.items() if k.startswith("encoder."))
+        heads = max(v for k, v in moved.items() if not k.startswith("encoder."))
+        assert encoder > 0 and heads > 0, (loss, encoder, heads)
+        assert res["test"]["micro"]["support"] == gold_spans, loss
 
 
 @pytest.mark.parametrize("loss", LOSSES + TWO_TASK + OVA + MRC)

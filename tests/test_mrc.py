@@ -164,19 +164,30 @@ def test_padding_and_continuation_pieces_never_contribute(toy_cfg, head, token_l
     assert_padding_invariant(module, hidden, _batch())  # labels 1, 2, 0 / 0, 3 are SPAN_TAGS ids: B, E, O / O, S
 
 
-def test_heads_train_on_the_binary_targets_by_hand(toy_cfg):
-    """Tagger: CE over inside/outside; pointer: mean of the start and end CEs."""
-    tags = torch.tensor(ids("B", "E", "O", "S", "I"))
-    logits = torch.tensor([[0.2, 1.0], [0.5, -0.3], [1.2, 0.1], [-0.4, 0.4], [0.0, 0.0]])
+def test_heads_train_on_the_binary_targets_by_hand(toy_cfg, monkeypatch):
+    """The MRC module's training loss on known logits: tagger = CE over inside/outside; pointer =
+    the mean of the start CE and the end CE (MoM paper's MRC framework), each worked by hand from
+    the softmax; padding words (beyond ``word_mask``) take no part."""
+    tags = ids("B", "E", "O", "S", "I")
+    batch = {"labels": torch.tensor([tags + [-100]]), "word_starts": torch.arange(6)[None],
+             "word_mask": torch.tensor([[True] * 5 + [False]])}
+    start_logits = torch.tensor([[0.2, 1.0], [0.5, -0.3], [1.2, 0.1], [-0.4, 0.4], [0.0, 0.0], [9.0, -9.0]])
+    end_logits = torch.tensor([[1.5, 0.0], [-0.2, 0.7], [0.3, 0.3], [0.1, 2.0], [0.6, -0.1], [-9.0, 9.0]])
+
+    def ce_by_hand(logits, targets):
+        p = logits.softmax(-1)
+        return -sum(float(torch.log(p[i, t])) for i, t in enumerate(targets)) / len(targets)
+
     tagger = _module(toy_cfg)
-    (inside,) = tagger.targets(tags)
-    assert inside.tolist() == [1, 1, 0, 1, 1]
+    monkeypatch.setattr(tagger, "logits", lambda b: start_logits[None])
+    inside = [1, 1, 0, 1, 1]
+    assert tagger.training_loss(batch).item() == pytest.approx(ce_by_hand(start_logits[:5], inside), rel=1e-6)
+
     pointer = _module(toy_cfg, "loss.head=pointer")
-    start, end = pointer.targets(tags)
-    assert start.tolist() == [1, 0, 0, 1, 0] and end.tolist() == [0, 1, 0, 1, 0]
-    p = logits.softmax(-1)
-    by_hand = -sum(torch.log(p[i, int(inside[i])]) for i in range(5)) / 5
-    assert torch.isclose(CrossEntropy()(logits, inside), by_hand)
+    monkeypatch.setattr(pointer, "logits", lambda b: torch.cat([start_logits, end_logits], -1)[None])
+    starts, ends = [1, 0, 0, 1, 0], [0, 1, 0, 1, 0]  # B and S start a span; E and S end one
+    by_hand = (ce_by_hand(start_logits[:5], starts) + ce_by_hand(end_logits[:5], ends)) / 2
+    assert pointer.training_loss(batch).item() == pytest.approx(by_hand, rel=1e-6)
 
 
 def test_mrc_presets_build_the_papers_token_losses_through_hydra(toy_cfg):

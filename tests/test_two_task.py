@@ -76,10 +76,13 @@ def test_typed_labels_are_rejected_with_advice():
     _module(types=("PER",))  # a single kept type is fine
 
 
-def test_alpha_is_ascended_not_optimised(toy_cfg):
+def test_alpha_is_ascended_not_optimised(toy_cfg, monkeypatch):
+    from tests.helpers import train_watching
+
     cfg = toy_cfg("loss=auc2t", "data.label_scheme=untyped", "trainer.max_epochs=2")
-    res = train(cfg)
-    assert res["status"] == "ok"
+    _, moved = train_watching(cfg, monkeypatch)
+    assert all(moved[f"auc.{k}.alpha"] > 0 for k in range(2))  # both tasks' α ascended during training
+    assert all(moved[f"auc.{k}.{v}"] > 0 for k in range(2) for v in "ab") and moved["heads.weight"] > 0
     m = _module()
     encoder, heads, ab = m.optimizer_parameters()
     assert ab["lr"] == 0.01 and [id(p) for p in ab["params"]] == [id(p) for l in m.auc for p in (l.a, l.b)]
@@ -185,18 +188,21 @@ def test_compositional_comauc2t_takes_a_ce_then_an_auc_step_per_batch(toy_cfg, m
     assert auc["compute"]["optimizer_steps"] == 2  # as many AUC steps as compositional COMAUC-2T
 
 
-def test_pesg_anchors_at_start_weights_and_trains(toy_cfg):
+def test_pesg_anchors_at_start_weights_and_trains(toy_cfg, monkeypatch):
     from ner_lightning.optim import pesg
+    from tests.helpers import train_watching
 
     m = _module()
     params = [p for g in m.optimizer_parameters() for p in g["params"]]
     opt = pesg(m.optimizer_parameters(), lr=0.01, mode="sgd", clip_value=1.0, weight_decay=0.0, epoch_decay=0.002, momentum=0.9)
     assert all(torch.equal(ref, p) for ref, p in zip(opt.model_ref, params))
     assert opt.alpha is None  # α is the module's job, never PESG's
-    res = train(toy_cfg("loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped", "trainer.max_epochs=1"))
-    assert res["status"] == "ok"
-    res = train(toy_cfg("loss=ova_auc", "optimizer=pesg", "trainer.max_epochs=1"))
-    assert res["status"] == "ok"
+    for loss in ("loss=auc2t", "loss=ova_auc"):  # PESG moves the encoder and heads of both AUC families
+        scheme = "data.label_scheme=untyped" if loss == "loss=auc2t" else "data.label_scheme=typed"
+        res, moved = train_watching(toy_cfg(loss, "optimizer=pesg", scheme, "trainer.max_epochs=1"), monkeypatch)
+        assert res["compute"]["optimizer_steps"] > 0
+        assert max(v for k, v in moved.items() if k.startswith("encoder.")) > 0
+        assert max(v for k, v in moved.items() if not k.startswith("encoder.")) > 0
 
 
 @pytest.mark.parametrize("positives", [0, 1, 7])
