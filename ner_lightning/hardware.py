@@ -24,10 +24,10 @@ CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 @lru_cache(maxsize=None)
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags Linux reports (empty elsewhere)."""
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU feature flags Linux reports (the first ``flags`` line of ``cpuinfo``; empty elsewhere)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = Path(cpuinfo).read_text()
     except OSError:
         return frozenset()
     for line in text.splitlines():

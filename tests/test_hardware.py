@@ -3,6 +3,8 @@ import pytest
 
 from ner_lightning import hardware
 
+READ_CPU_FLAGS = hardware.cpu_flags  # the real reader (an autouse fixture replaces hardware.cpu_flags)
+
 
 @pytest.fixture
 def flags(monkeypatch):
@@ -240,3 +242,28 @@ def test_a_cell_applies_fill_uninitialized_memory_from_its_config(toy_cfg, resto
     assert torch.utils.deterministic.fill_uninitialized_memory is False
     train(toy_cfg("trainer.max_epochs=1", "runtime.fill_uninitialized_memory=true"))
     assert torch.utils.deterministic.fill_uninitialized_memory is True
+
+
+def test_cpu_flags_are_read_from_cpuinfo_as_linux_writes_it(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx512f avx512_bf16\n\n"
+                    "processor\t: 1\nflags\t\t: fpu sse2 avx512f avx512_bf16\nbugs\t\t: sysret_ss_attrs\n")
+    assert READ_CPU_FLAGS(info) == {"fpu", "sse2", "avx512f", "avx512_bf16"}
+    (tmp_path / "noflags").write_text("processor\t: 0\nmodel name\t: some ARM\n")
+    assert READ_CPU_FLAGS(tmp_path / "noflags") == frozenset()
+    assert READ_CPU_FLAGS(tmp_path / "missing") == frozenset()
+
+
+def test_cpu_flags_of_this_machine_agree_with_lscpu():
+    """The real reader on this machine against an independent tool: ``lscpu``'s Flags line."""
+    import platform
+    import shutil
+    import subprocess
+
+    if platform.system() != "Linux" or shutil.which("lscpu") is None:
+        pytest.skip("needs Linux and lscpu")
+    out = subprocess.run(["lscpu"], capture_output=True, text=True, env={"LC_ALL": "C"}).stdout
+    line = next((l for l in out.splitlines() if l.startswith("Flags:")), None)
+    if line is None:
+        pytest.skip("lscpu lists no Flags here")
+    assert READ_CPU_FLAGS() == frozenset(line.split(":", 1)[1].split())

@@ -395,3 +395,48 @@ def test_headline_grid_runs_every_objective_on_the_labels_all_can_use(toy_data_d
     assert proc.returncode == 0, proc.stderr[-3000:]
     refused = subprocess.run([*report, "own"], cwd=tmp_path, capture_output=True, text=True)
     assert refused.returncode == 1 and "data.label_scheme is untyped vs typed" in refused.stderr
+
+
+def test_a_cell_sigkilled_after_its_last_checkpoint_resumes_from_it_and_ends_as_an_uninterrupted_one(
+        toy_data_dir, tmp_path):
+    """A real process killed (SIGKILL: no handler runs) once ``last.ckpt`` is on disk; rerunning the
+    same command resumes from it — a second attempt, ``resumed_from`` set — and ends with the dev
+    history, test scores and step counts of the run that was never interrupted."""
+    import signal
+
+    run = [*TOY, "trainer.max_epochs=20", "trainer.min_epochs=20", "callbacks.last_checkpoint.min_interval_s=0"]
+    whole = run_cli([*run, f"hydra.run.dir={tmp_path / 'whole'}"], tmp_path, toy_data_dir)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    cut = tmp_path / "cut"
+    proc = _popen([*run, f"hydra.run.dir={cut}"], tmp_path, toy_data_dir, start_new_session=True)
+    assert _wait_for(cut, "checkpoints/last.ckpt", seconds=600) is not None, "no last.ckpt was written"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (cut / "results.json").exists(), "the run ended before it was killed: give it more epochs"
+    again = run_cli([*run, f"hydra.run.dir={cut}"], tmp_path, toy_data_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    a, b = (json.loads((d / "results.json").read_text()) for d in (tmp_path / "whole", cut))
+    assert b["resumed_from"] == str(cut / "checkpoints" / "last.ckpt") and len(b["attempts"]) == 2
+    import csv
+
+    with open(cut / "csv" / "metrics.csv") as f:  # the second attempt's log: it trained on, not again
+        assert min(int(row["epoch"]) for row in csv.DictReader(f) if row.get("epoch")) > 0
+    for key in ("dev", "test", "best_epoch", "epochs", "global_steps"):
+        assert b[key] == a[key], key
+    assert b["compute"]["train_batches"] == a["compute"]["train_batches"]
+
+
+def test_a_grid_through_the_slurm_launcher_code_path_runs_every_cell_once(toy_data_dir, tmp_path):
+    """``hydra/launcher=slurm_local``: submitit pickles each cell into a process of its own, as on a
+    cluster; every cell ends with its results, the manifest says so, and a rerun runs nothing."""
+    from ner_lightning.sweep.__main__ import sweep_status
+
+    grid = ["-m", "loss=ce,crf", f"hydra.sweep.dir={tmp_path / 's'}", "hydra/launcher=slurm_local", *TOY]
+    first = run_cli(grid, tmp_path, toy_data_dir)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    assert sweep_status(tmp_path / "s")["counts"] == {"done": 2}
+    assert len(list((tmp_path / "s" / ".submitit").glob("*/*_submitted.pkl"))) == 2  # one submitit job per cell
+    pids = {json.loads(p.read_text())["device"]["pid"] for p in (tmp_path / "s").glob("*/results.json")}
+    assert len(pids) == 2  # each cell in a process of its own (the local launcher runs both in one)
+    again = run_cli(grid, tmp_path, toy_data_dir)
+    assert again.returncode == 0 and "2 cells — 2 done, 0 to run" in again.stdout + again.stderr
