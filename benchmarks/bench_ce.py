@@ -326,7 +326,7 @@ def run_framework(cfg) -> dict:
             "precision": res["precision"]}
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--epochs", type=int, default=10)
@@ -339,9 +339,11 @@ def main() -> None:
     ap.add_argument("--min-ratio", type=float, default=0.75, help="exit non-zero when the framework's training or "
                     "evaluation throughput is below this share of the fastest measured limit")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
-    args = ap.parse_args()
-    out_dir = Path(tempfile.mkdtemp(prefix="bench_ce_"))
-    cfg = compose_config([
+    return ap.parse_args()
+
+
+def _config(args: argparse.Namespace, out_dir: Path):
+    return compose_config([
         f"dataset={args.dataset}", f"model={args.model}", "loss=ce", f"size={args.size}",
         f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false",
         "trainer.enable_progress_bar=false", "callbacks=none",
@@ -350,12 +352,47 @@ def main() -> None:
         "+callbacks.eval_precision.precision='${best_precision:${trainer.accelerator},${model},eval}'",
         "logger=none", *args.overrides,
     ], out_dir)
+
+
+def _print_rows(rows: dict) -> None:
+    def fmt(x, spec):
+        return format(x, spec) if x is not None else "-"
+
+    for r in rows.values():
+        r["train_tokens_per_s"] = r["train_real_tokens"] / r["train_s"]
+        r["eval_tokens_per_s"] = r["eval_real_tokens"] / r["eval_s"]
+    print(f"{'':14}{'train s':>9}{'eval s':>8}{'train tok/s':>12}{'eval tok/s':>12}{'train pad':>10}{'eval pad':>9}{'test F1':>9}")
+    for name, r in rows.items():
+        print(f"{name:14}{r['train_s']:9.1f}{r['eval_s']:8.1f}{r['train_tokens_per_s']:12,.0f}{r['eval_tokens_per_s']:12,.0f}"
+              f"{fmt(r['train_padding'], '10.2f'):>10}{fmt(r['eval_padding'], '9.2f'):>9}{r['test_f1']:9.4f}")
+
+
+def _ratios(rows: dict, lim: dict, best: dict) -> dict:
+    """The framework against the limits and against the plain loop and HF Trainer (printed)."""
+    fw = rows["ner_lightning"]
+    ratios = {"train_vs_limit": fw["train_tokens_per_s"] / lim["train"][best["train"]],
+              "eval_vs_limit": fw["eval_tokens_per_s"] / lim["eval"][best["eval"]]}
+    for name in ("plain", "hf_trainer"):
+        if name in rows:
+            ratios[f"time_vs_{name}"] = (fw["train_s"] + fw["eval_s"]) / (rows[name]["train_s"] + rows[name]["eval_s"])
+    print(f"ner_lightning (training {fw['precision']['train']}, evaluation {fw['precision']['eval']}): train "
+          f"{ratios['train_vs_limit']:.0%} of the {best['train']} limit, eval {ratios['eval_vs_limit']:.0%} of the "
+          f"{best['eval']} limit")
+    for name in ("plain", "hf_trainer"):
+        if f"time_vs_{name}" in ratios:
+            print(f"time (train + test) ner_lightning / {name}: {ratios[f'time_vs_{name}']:.2f}x")
+    return ratios
+
+
+def main() -> None:
+    args = _arguments()
+    out_dir = Path(tempfile.mkdtemp(prefix="bench_ce_"))
+    cfg = _config(args, out_dir)
     chosen = calibration(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))
     heap = reserve_heap(cfg.runtime.malloc_top_pad_mb)  # the process's: limits, plain loop and Trainer get it too
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
           f"{torch.get_num_threads()} threads; the framework's precision here: training {chosen['train']}, "
           f"evaluation {chosen['eval']} ({chosen['why']}); {heap}", flush=True)
-
     first = limits(cfg, args.limit_tokens, args.limit_passes)
     _print_limits(first, "before the runs")
     train_p = _FROM_LIGHTNING[cfg.trainer.precision]
@@ -374,35 +411,14 @@ def main() -> None:
     best = {"eval": max(lim["eval_sample"], key=lim["eval_sample"].get), "train": max(lim["train"], key=lim["train"].get)}
     print(f"limits: the faster of the two measurements -> train {best['train']} {lim['train'][best['train']]:,.0f} tok/s, "
           f"eval {best['eval']} {lim['eval'][best['eval']]:,.0f} tok/s on the whole test split", flush=True)
-    for r in rows.values():
-        r["train_tokens_per_s"] = r["train_real_tokens"] / r["train_s"]
-        r["eval_tokens_per_s"] = r["eval_real_tokens"] / r["eval_s"]
-
-    def fmt(x, spec):
-        return format(x, spec) if x is not None else "-"
-
-    print(f"{'':14}{'train s':>9}{'eval s':>8}{'train tok/s':>12}{'eval tok/s':>12}{'train pad':>10}{'eval pad':>9}{'test F1':>9}")
-    for name, r in rows.items():
-        print(f"{name:14}{r['train_s']:9.1f}{r['eval_s']:8.1f}{r['train_tokens_per_s']:12,.0f}{r['eval_tokens_per_s']:12,.0f}"
-              f"{fmt(r['train_padding'], '10.2f'):>10}{fmt(r['eval_padding'], '9.2f'):>9}{r['test_f1']:9.4f}")
-    fw = rows["ner_lightning"]
-    ratios = {
-        "train_vs_limit": fw["train_tokens_per_s"] / lim["train"][best["train"]],
-        "eval_vs_limit": fw["eval_tokens_per_s"] / lim["eval"][best["eval"]],
-    }
-    for name in ("plain", "hf_trainer"):
-        if name in rows:
-            ratios[f"time_vs_{name}"] = (fw["train_s"] + fw["eval_s"]) / (rows[name]["train_s"] + rows[name]["eval_s"])
-    print(f"ner_lightning (training {fw['precision']['train']}, evaluation {fw['precision']['eval']}): train {ratios['train_vs_limit']:.0%} of the {best['train']} limit, "
-          f"eval {ratios['eval_vs_limit']:.0%} of the {best['eval']} limit")
-    for name in ("plain", "hf_trainer"):
-        if f"time_vs_{name}" in ratios:
-            print(f"time (train + test) ner_lightning / {name}: {ratios[f'time_vs_{name}']:.2f}x")
+    _print_rows(rows)
+    ratios = _ratios(rows, lim, best)
     if args.out:
         Path(args.out).write_text(json.dumps({"limits": lim, "limits_measured": [first, again], "best": best, "rows": rows,
                                               "ratios": ratios, "argv": sys.argv}, indent=2))
     slow = [k for k in ("train_vs_limit", "eval_vs_limit") if ratios[k] < args.min_ratio]
     if slow:
+        fw = rows["ner_lightning"]
         sys.exit(f"FAILED: {', '.join(f'{k} {ratios[k]:.0%}' for k in slow)} is below {args.min_ratio:.0%} of the fastest "
                  f"measured limit (training ran {fw['precision']['train']}, evaluation {fw['precision']['eval']}; the "
                  f"fastest: train {best['train']}, eval {best['eval']}): a precision or throughput regression")

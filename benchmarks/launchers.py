@@ -1,8 +1,10 @@
-"""One grid through several launchers, and a sweep killed and resumed: markdown on stdout.
+"""One grid through several launchers, a sweep killed and resumed, and what a sweep prints:
+markdown on stdout.
 
     python benchmarks/launchers.py compare --launchers local,parallel,slurm_local,slurm \\
         --grid "loss=auc2t,ce size=20,50" --extra "trainer.max_epochs=2 data.dev_size=200"
     python benchmarks/launchers.py resume --grid "loss=ce,crf,ce2t size=20,50" --kill-during 4
+    python benchmarks/launchers.py console -- python -m ner_lightning.run -m loss=auc2t,ce size=20,50
 
 ``compare`` runs the same ``python -m ner_lightning.run -m <grid> <extra>`` once per launcher
 (each in its own sweep folder under ``--root``), times it, and tabulates every cell's test
@@ -12,12 +14,16 @@ launcher may carry its own overrides after colons, e.g. ``parallel:hydra.launche
 ``resume`` runs the grid uninterrupted, then again in a new folder killed (SIGKILL of the whole
 process group) while cell ``--kill-during`` runs, reruns the same command there and compares.
 ``slurm`` needs a SLURM cluster (``benchmarks/slurm_localhost.sh`` starts one on this machine).
+``console`` runs the command after ``--`` and counts the console lines per cell outside progress
+bars: a bar redraws itself with carriage returns (tqdm) or cursor moves (rich); those updates,
+and the metric columns a bar wraps onto following lines in a narrow terminal, count as the bar.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -130,7 +136,28 @@ def resume(ns) -> None:
         print(f"| {key} | {a:.4f} | {b:.4f} | {'yes' if a == b else 'NO'} | {'no (done)' if key in survived else 'yes'} |")
 
 
+BAR = re.compile(r"\r|\x1b\[|it/s\]|s/it\]|^\s*(Epoch|Validation|Testing|Sanity Checking)\b")
+WRAPPED_METRIC = re.compile(r"^\s{20,}\S.*$")  # a bar's metric column wrapped onto its own line
+
+
+def console(command: list[str]) -> int:
+    """Console lines per cell of a sweep, progress bars left out (see the module docstring)."""
+    t0 = time.monotonic()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    lines = (proc.stdout + proc.stderr).split("\n")
+    kept = [line for line in lines if line.strip() and not BAR.search(line) and not WRAPPED_METRIC.match(line)]
+    cells = max(1, sum(" | train: " in line for line in kept))
+    print("\n".join(kept))
+    print(f"\n{len(kept)} lines outside progress bars for {cells} cells: {len(kept) / cells:.1f} per cell "
+          f"(exit code {proc.returncode}, {time.monotonic() - t0:.0f} s)")
+    return proc.returncode
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["console"]:
+        if "--" not in sys.argv:
+            raise SystemExit(__doc__)
+        sys.exit(console(sys.argv[sys.argv.index("--") + 1:]))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
     c = sub.add_parser("compare")

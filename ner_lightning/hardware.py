@@ -108,8 +108,8 @@ def reserve_heap(top_pad_mb: int | None) -> str:
     that memory goes back to the kernel and is faulted in again page by page at the next step
     (about 0.7 M minor page faults in 40 MiniLM steps on 2 CPU cores). Setting the three values
     fixes the behaviour whatever the process allocated before (setting any one of them turns
-    glibc's adaptation off). Numerics are unchanged; ``python benchmarks/malloc_pad.py`` measures
-    steps, faults and peak memory (docs/benchmarks.md)."""
+    glibc's adaptation off). Numerics are unchanged; docs/benchmarks.md has the measured steps,
+    faults and peak memory (``benchmarks/malloc_pad.py`` of commit 630881c)."""
     if top_pad_mb is None or int(top_pad_mb) == 0:
         return "malloc: glibc's defaults (runtime.malloc_top_pad_mb: 0)"
     if not 0 < int(top_pad_mb) < 2048:
@@ -131,8 +131,8 @@ def fill_uninitialized_memory(fill: bool) -> str:
     while deterministic algorithms are on (``trainer.deterministic``; torch's default: yes). The
     fill guards against reading memory no operation wrote, which no operation of a correct run
     does, so the numbers are the same either way; it writes every activation, gradient and output
-    once more before the operation that creates it writes it (``python
-    benchmarks/uninitialized_fill.py``: docs/benchmarks.md). Returns a line for the log."""
+    once more before the operation that creates it writes it (docs/benchmarks.md,
+    ``benchmarks/uninitialized_fill.py`` of commit b320a1d). Returns a line for the log."""
     if not isinstance(fill, bool):
         raise ValueError(f"runtime.fill_uninitialized_memory={fill!r}: give true or false")
     torch.utils.deterministic.fill_uninitialized_memory = fill
