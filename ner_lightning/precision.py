@@ -314,12 +314,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {name}: train {m['train_tok_s']:,.0f} tok/s, eval {m['eval_tok_s']:,.0f} tok/s")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import MissingConfigException
     from omegaconf import OmegaConf
 
-    node = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{args.model}.yaml"
-    if not node.is_file():
-        ap.error(f"--model {args.model}: no {node}")
-    entry = calibration(args.accelerator, OmegaConf.to_container(OmegaConf.load(node), resolve=True), force=args.force)
+    from ner_lightning.config import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            node = compose("config", overrides=[f"model={args.model}"]).model
+        except MissingConfigException:
+            ap.error(f"--model {args.model}: no {CONFIG_DIR / 'model' / args.model}.yaml")
+    entry = calibration(args.accelerator, OmegaConf.to_container(node, resolve=True), force=args.force)
     print(f"training {entry['train']}, evaluation {entry['eval']}: {entry['why']}")
     return 0 if "untrusted" not in entry else 3
 

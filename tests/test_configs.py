@@ -10,9 +10,9 @@ GROUPS = ["dataset", "model", "loss", "data", "multitask", "optimizer", "trainer
 
 @pytest.mark.parametrize(
     "override",
-    [f"{g}={p.stem}" for g in GROUPS for p in sorted((CONFIG_DIR / g).glob("*.yaml"))]
-    + [f"experiment={p.stem}" for p in sorted((CONFIG_DIR / "experiment").glob("*.yaml"))]
-    + [f"debug={p.stem}" for p in sorted((CONFIG_DIR / "debug").glob("*.yaml"))],
+    [f"{g}={p.stem}" for g in GROUPS for p in sorted((CONFIG_DIR / g).glob("[!_]*.yaml"))]
+    + [f"experiment={p.stem}" for p in sorted((CONFIG_DIR / "experiment").glob("[!_]*.yaml"))]
+    + [f"debug={p.stem}" for p in sorted((CONFIG_DIR / "debug").glob("[!_]*.yaml"))],
 )
 def test_config_composes_and_resolves(override, tmp_path):
     import torch
@@ -35,7 +35,7 @@ def test_defaults_are_real_data_and_minilm(tmp_path):
     assert cfg.data.size == cfg.size and cfg.data.partition == cfg.partition
 
 
-PRESETS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+PRESETS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("[!_]*.yaml"))
 
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if not p.startswith("tune_")])
@@ -132,8 +132,8 @@ def test_resampling_replication_selects_on_all_of_a_dev_set_smaller_than_the_pro
     assert dev_size("wnut17") == 300 and dev_size("conll2003") == 300
 
 
-LOSSES = sorted(p.stem for p in (CONFIG_DIR / "loss").glob("*.yaml"))
-SCHEMES = sorted(p.stem for p in (CONFIG_DIR / "multitask").glob("*.yaml"))
+LOSSES = sorted(p.stem for p in (CONFIG_DIR / "loss").glob("[!_]*.yaml"))
+SCHEMES = sorted(p.stem for p in (CONFIG_DIR / "multitask").glob("[!_]*.yaml"))
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
