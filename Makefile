@@ -33,10 +33,10 @@ sweep: install  ## the 2-cell example grid: loss=ce x size=20,50
 	$(BIN)/python -m ner_lightning.run -m loss=ce size=20,50
 
 test: install  ## the whole test suite (incl. the slow multirun tests)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 test-fast: install  ## tests without the subprocess multiruns
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 bench: install  ## one CE cell vs the raw encoder limit, a plain loop and HF Trainer: ratios (docs/benchmarks.md)
 	$(BIN)/python -m pip install -q -e ".[bench]"

@@ -57,12 +57,14 @@ def _instantiate_group(group: DictConfig | None) -> list:
 
 
 def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
-    """The ``callbacks`` group, plus MUNCH-Stack's phases (``multitask.phases``). A callback that
-    restarts the learning-rate schedule (:class:`ScheduleHorizon` with ``restarts_schedule``)
-    ends training itself, so early stopping is left out: it would end the run in the first phase."""
+    """The ``callbacks`` group, plus the scheme's phases callback (``multitask.phases``:
+    MUNCH-Stack's). A callback that restarts the learning-rate schedule (:class:`ScheduleHorizon`
+    with ``restarts_schedule``) ends training itself, so early stopping is left out: it would end
+    the run in the first phase."""
     callbacks = _instantiate_group(cfg.get("callbacks"))
-    if cfg.multitask.get("phases") is not None:
-        callbacks.append(instantiate(cfg.multitask.phases))
+    phases = cfg.multitask.get("phases")
+    if phases is not None and "_target_" in phases:  # a scheme with phases (munch_stack) names its callback;
+        callbacks.append(instantiate(phases))  # a grid-wide `++multitask.phases.max_epochs=…` adds none elsewhere
     if any(isinstance(c, ScheduleHorizon) and c.restarts_schedule for c in callbacks):
         dropped = [c for c in callbacks if isinstance(c, EarlyStopping)]
         if dropped:

@@ -17,6 +17,35 @@ USER_CACHE = os.environ.get("NER_LIGHTNING_CACHE")
 os.environ["NER_LIGHTNING_CACHE"] = tempfile.mkdtemp(prefix="ner_lightning_cache_")
 os.environ.pop("NER_LIGHTNING_PRECISION", None)
 
+
+def _pin_tiny_encoder_precision() -> None:
+    """The test cache holds fp32 for the tiny encoder on this CPU, as if measured: the cells the
+    tests run in subprocesses (where the flags fixture below does not reach) then read it instead
+    of measuring the precision again in each process — a measurement a busy machine (the suite
+    itself) would not trust, so never cache. Tests of the measurement use caches of their own."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import ner_lightning  # noqa: F401  (the resolvers)
+    from ner_lightning import precision
+    from ner_lightning.config import CONFIG_DIR
+    from ner_lightning.results import write_json_atomic
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        tiny = OmegaConf.to_container(compose("config", overrides=["model=tiny"]).model, resolve=True)
+    names, _ = precision.candidates("cpu")
+    key = precision._key(precision._device_name("cpu"), tiny, names)
+    entry = {"train": "32-true", "eval": "32-true", "measured": None,
+             "why": "the test suite's choice for the tiny encoder (tests/conftest.py), not measured"}
+    write_json_atomic(precision.cache_path(), {key: entry})
+
+
+_pin_tiny_encoder_precision()
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2` on 2 cores: one thread per worker, not two each
+    import torch
+
+    torch.set_num_threads(1)
+
 # Sentences written for these tests (not taken from any corpus).
 TOY_SENTENCES = [
     [("Maria", "B-PER"), ("Lopez", "I-PER"), ("flew", "O"), ("to", "O"), ("Oslo", "B-LOC"), (".", "O")],

@@ -94,6 +94,7 @@ def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refus
         judge_all(path)
 
 
+@pytest.mark.slow  # 10,000 bootstrap resamples per claim over the committed run stores
 @pytest.mark.parametrize("doc, claims", [("replication.md", "claims.yaml"), ("claims.md", "claims_budget.yaml")])
 def test_the_committed_claims_table_is_the_commands_output(doc, claims):
     """Each committed claims table is exactly what --claims prints for the committed runs

@@ -25,6 +25,7 @@ def _hold_slot(lock_dir, n, queue, release_file):
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # four spawned processes importing the package
 def test_concurrent_workers_claim_distinct_slots_and_a_dead_workers_slot_is_reused(tmp_path):
     ctx = mp.get_context("spawn")
     queue, release = ctx.Queue(), str(tmp_path / "release")
@@ -78,7 +79,8 @@ def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatc
     from hydra.utils import instantiate
     from types import SimpleNamespace
 
-    from ner_lightning.config import CONFIG_DIR, register_resolvers
+    from ner_lightning.config import CONFIG_DIR
+    from ner_lightning.resolvers import register_resolvers
 
     register_resolvers()
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)

@@ -147,6 +147,7 @@ def test_tiny_encoder_word_states_pick_first_subtokens(toy_cfg):
     assert torch.equal(out[0, 1], hidden[0, 3]) and torch.equal(out[1, 0], hidden[1, 2])
 
 
+@pytest.mark.slow  # a subprocess importing transformers
 def test_hub_name_offline_is_a_clear_error():
     import os
     import subprocess
