@@ -5,8 +5,9 @@
 ``${eval_batch_tokens:accelerator}``, ``${at_most:value,limit}``, ``${folder_name:text}``,
 ``${cell_run_id:folder}``, ``${sweep_name:experiment,sweep_dir}``.
 
-The top floor of the package: each resolver hands over to the module that owns the answer
-(hardware, precision, sweep), which is why no module below imports this one."""
+Each resolver hands over to the module that owns the answer (hardware, precision, sweep), so
+this module stands above them and no module of the package imports it: the package registers
+the resolvers when it is imported (``ner_lightning/__init__.py``)."""
 from __future__ import annotations
 
 import importlib.util
