@@ -100,8 +100,10 @@ class MultiCorpusDataModule(LowResourceDataModule):
     def use_phase(self, phase: int) -> None:
         """Train with auxiliary ``phase`` (in training order) from the next epoch on; the phases'
         callback (``callbacks.AuxiliaryPhases``) says when."""
-        if not self.has_phases or not 0 <= phase < len(self.aux_names):
-            raise ValueError(f"phase {phase}: {self.scheme} has {'no phases' if not self.has_phases else f'phases 0..{len(self.aux_names) - 1}'}")
+        if not self.has_phases:
+            raise ValueError(f"phase {phase}: multitask={self.scheme} has no phases (multitask=munch_stack has)")
+        if not 0 <= phase < len(self.aux_names):
+            raise ValueError(f"phase {phase}: MUNCH-Stack here has phases 0..{len(self.aux_names) - 1}, one per auxiliary")
         self.phase = phase
 
     @property

@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.wandb and runs:
         from ner_lightning.report.wandb_summary import publish
 
-        folder = publish(runs, by, metrics, written, args.dirs[0], args.wandb, args.resamples, args.seed)
+        where = Path(args.dirs[0]) if Path(args.dirs[0]).is_dir() else Path("multirun") / "report"  # not into a store's path
+        folder = publish(runs, by, metrics, written, where, args.wandb, args.resamples, args.seed)
         print(f"\nW&B summary run ({args.wandb}): {folder}")
     if failed:
         print(f"\n{len(failed)} failed cell(s):")
