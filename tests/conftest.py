@@ -41,6 +41,7 @@ def _pin_tiny_encoder_precision() -> None:
 
 
 _pin_tiny_encoder_precision()
+
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2` on 2 cores: one thread per worker, not two each
     import torch
 
