@@ -4,9 +4,9 @@
 "text": its content}`` — for the files a report reads (``results.json``, ``failure.json``,
 ``tune.json``) and the sweep's records (``manifest.json``, ``multirun.yaml``); nothing else.
 Every path inside the folder reads as if the folder were there: ``python -m ner_lightning.report
-docs/results/runs/replication/auc2t`` reads the cells under ``auc2t/`` of
-``docs/results/runs/replication.jsonl.xz``, in the order the folder would give them, and a
-glob pattern that matches no folder on disk (``…/auc2t/*size=[25]0``) is matched inside the store.
+docs/results/runs/replication/auc2t`` reads the cells of ``docs/results/runs/replication/auc2t.jsonl.xz``,
+in the order the folder would give them; a glob pattern that matches no folder on disk
+(``…/auc2t/*size=[25]0``) is matched inside the store, and a folder on disk reads the stores under it too.
 
     python -m ner_lightning.run_store pack FOLDER      # FOLDER.jsonl.xz (the folder is left as it is)
     python -m ner_lightning.run_store unpack STORE     # the folder again, byte for byte
@@ -18,12 +18,12 @@ import argparse
 import fnmatch
 import json
 import lzma
-import os
 import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
+
+from ner_lightning.results import write_atomic
 
 SUFFIX = ".jsonl.xz"
 STORED = ("results.json", "failure.json", "tune.json", "manifest.json", "multirun.yaml")
@@ -36,13 +36,7 @@ def write_store(files: Iterable[tuple[str, str]], out: Path) -> Path:
     if not out.name.endswith(SUFFIX):
         raise ValueError(f"{out}: a run store's name ends in {SUFFIX}")
     lines = "".join(json.dumps({"path": p, "text": t}, ensure_ascii=False) + "\n" for p, t in sorted(files))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(lzma.compress(lines.encode("utf-8"), preset=9))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out)
-    return out
+    return write_atomic(out, lambda fh: fh.write(lzma.compress(lines.encode("utf-8"), preset=9)))
 
 
 def pack(folder: Path, out: Path | None = None) -> tuple[Path, int]:
@@ -112,43 +106,29 @@ def store_of(path: Path) -> tuple[Path, str] | None:
     return None
 
 
-def _entries(path: Path) -> tuple[Path, list[str]] | None:
-    """The folder ``path`` reads as and the stored paths under it (relative to the store)."""
+def _stored_paths(path: Path) -> list[Path]:
+    """The stored files at or under ``path``, as paths of the folders the stores stand for: of the
+    store that holds ``path``, or — a folder on disk — of the stores under it."""
+    if path.is_dir():
+        return [base_of(store) / rel for store in path.rglob(f"*{SUFFIX}") for rel in read_store(store)]
     found = store_of(path)
     if found is None:
-        return None
+        return []
     store, inside = found
-    prefix = f"{inside}/" if inside else ""
-    return base_of(store), [rel for rel in read_store(store) if rel.startswith(prefix)]
+    return [base_of(store) / rel for rel in read_store(store)
+            if not inside or rel == inside or rel.startswith(f"{inside}/")]
 
 
 def exists(path: Path) -> bool:
     """A folder or file on disk, or a path a store holds."""
-    if Path(path).exists():
-        return True
-    found = _entries(Path(path))
-    return found is not None and bool(found[1]) or _stored_file(Path(path)) is not None
+    return Path(path).exists() or bool(_stored_paths(Path(path)))
 
 
 def files_named(folder: Path, name: str) -> list[Path]:
-    """Every ``name`` under ``folder`` (as ``Path.rglob``), sorted; from a store when the folder
-    is one (or is inside one) and not on disk."""
+    """Every ``name`` under ``folder`` (as ``Path.rglob``), on disk and in the stores, sorted."""
     folder = Path(folder)
-    if folder.is_dir():
-        return sorted(folder.rglob(name))
-    found = _entries(folder)
-    if found is None:
-        return []
-    base, rels = found
-    return sorted(base / rel for rel in rels if rel.rpartition("/")[2] == name)
-
-
-def _stored_file(path: Path) -> str | None:
-    found = store_of(Path(path).parent)
-    if found is None:
-        return None
-    store, inside = found
-    return read_store(store).get(f"{inside}/{path.name}" if inside else path.name)
+    on_disk = list(folder.rglob(name)) if folder.is_dir() else []
+    return sorted([*on_disk, *(p for p in _stored_paths(folder) if p.name == name)])
 
 
 def read_text(path: Path) -> str:
@@ -156,7 +136,8 @@ def read_text(path: Path) -> str:
     path = Path(path)
     if path.exists():
         return path.read_text(encoding="utf-8")
-    text = _stored_file(path)
+    found = store_of(path)
+    text = read_store(found[0]).get(found[1]) if found is not None else None
     if text is None:
         raise FileNotFoundError(path)
     return text
@@ -166,7 +147,7 @@ def glob(root: Path, pattern: str) -> list[Path]:
     """``root.glob(pattern)`` over the folders on disk and those the stores on the pattern's way
     hold (a store ``X.jsonl.xz`` where a pattern part matches ``X``), sorted."""
     root = Path(root)
-    found = set(root.glob(pattern)) if root.is_dir() else set()
+    found = {p for p in root.glob(pattern) if not p.name.endswith(SUFFIX)} if root.is_dir() else set()
     want = Path(pattern).parts
     for k in range(1, len(want) + 1):
         for store in root.glob("/".join([*want[:k - 1], want[k - 1] + SUFFIX])):

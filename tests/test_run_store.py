@@ -83,3 +83,17 @@ def test_a_path_or_pattern_that_nothing_holds_is_an_error_naming_it(study, capsy
     (study.with_name("study.jsonl.xz")).write_bytes(b"not xz")
     with pytest.raises(SystemExit, match="not a readable run store"):
         run_store.files_named(study / "base", "results.json")
+
+
+def test_a_folder_of_sweep_stores_reads_as_the_folder_of_sweeps(study, capsys, monkeypatch):
+    """One store per sweep inside the study's folder on disk: the folder, a sweep and a pattern
+    into a sweep read as they did before packing."""
+    monkeypatch.chdir(study.parents[1])
+    args = (["runs/study"], ["runs/study/base", "runs/study/other"],
+            ["runs/study/base/*size=20", "runs/study/other/*size=100"])
+    before = [_report(capsys, *[str(p) for a in arg for p in sorted(study.parents[1].glob(a))]) for arg in args]
+    for sweep in ("base", "other"):
+        run_store.pack(study / sweep)
+        shutil.rmtree(study / sweep)
+    assert sorted(p.name for p in study.iterdir()) == ["base.jsonl.xz", "other.jsonl.xz"]
+    assert [_report(capsys, *arg) for arg in args] == before
