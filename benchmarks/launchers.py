@@ -62,14 +62,19 @@ def run(args: list[str], log: Path) -> tuple[int, float]:
     return timed_process(args, log=log, check=False)
 
 
+def folder(launcher: str) -> str:
+    """A launcher spec as a folder name Hydra can take as a path value (no ``:`` or ``=``)."""
+    return re.sub(r"[^\w.-]+", "_", launcher)
+
+
 def compare(ns) -> None:
     root = Path(ns.root)
     timing, scores = {}, {}
     for launcher in ns.launchers.split(","):
-        sweep = root / launcher.replace(":", "_")
+        sweep = root / folder(launcher)
         args = command(ns.grid, ns.extra, sweep, launcher)
         print(f"running: {shlex.join(args[1:])}", file=sys.stderr, flush=True)
-        rc, wall = run(args, root / f"{launcher.replace(':', '_')}.log")
+        rc, wall = run(args, root / f"{folder(launcher)}.log")
         timing[launcher] = (rc, wall)
         scores[launcher] = cells(sweep)
     names = list(timing)
@@ -81,9 +86,10 @@ def compare(ns) -> None:
         vals = [scores[n][key]["test"]["micro"]["f1"] if scores[n].get(key) else None for n in names]
         same = all(v is not None and v == vals[0] for v in vals)
         print(f"| {key} | " + " | ".join("—" if v is None else f"{v:.4f}" for v in vals) + f" | {'yes' if same else 'NO'} |")
-    print("\n| launcher | exit code | wall time (s) | ratio to local | devices (slot / accelerator / threads / pid) |")
+    reference = "local" if "local" in timing else names[0]
+    print(f"\n| launcher | exit code | wall time (s) | ratio to {reference} | devices (slot / accelerator / threads / pid) |")
     print("|---|---:|---:|---:|---|")
-    base = timing.get("local", (0, None))[1]
+    base = timing[reference][1]
     for n in names:
         rc, wall = timing[n]
         devs = sorted({(str((r or {}).get("device", {}).get("slot")), (r or {}).get("device", {}).get("accelerator"),
