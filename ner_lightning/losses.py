@@ -2,7 +2,7 @@
 
 Every loss implements ``per_token`` (N,) and averages it over the N real words it is given
 (padding and non-first sub-tokens are never passed in). ``sentence`` (N,) says which example
-each word belongs to; only MoM uses it. Losses that depend on the training data's label
+each word belongs to (an example's words consecutive); only MoM uses it. Losses that depend on the training data's label
 counts (weighted CE) override ``fit_counts(counts)``; the family calls it once with the label
 counts of the training set it trains on. A new loss is a subclass here (or anywhere importable)
 plus ``conf/token_loss/<name>.yaml`` naming it as ``_target_``.
@@ -167,10 +167,15 @@ class MoMLoss(TokenLoss):
 
     def forward(self, logits, targets, sentence=None):
         if sentence is None:
-            raise ValueError("MoMLoss needs the sentence index of every word")
+            raise ValueError("MoMLoss needs the sentence index of every word (each sentence's words consecutive)")
         per = self.base.per_token(logits, targets)
-        _, sent, length = torch.unique(sentence, return_inverse=True, return_counts=True)
+        # each sentence's words are consecutive (a batch's real words, row by row): number the
+        # sentences 0, 1, ... on the device (torch.unique would wait for it to size its output)
+        starts = torch.ones_like(sentence, dtype=torch.bool)
+        starts[1:] = sentence[1:] != sentence[:-1]
+        segment = starts.cumsum(0) - 1
+        length = torch.zeros_like(per).scatter_add_(0, segment, torch.ones_like(per))
         outside = (targets == self.outside_id).to(per.dtype)
-        m = length[sent].to(per.dtype) if self.m == "sentence" else float(self.m)
-        l_mom = (per * outside / m).sum() / len(length)
+        m = length[segment] if self.m == "sentence" else float(self.m)
+        l_mom = (per * outside / m).sum() / starts.sum()
         return self.lam * per.mean() + (1 - self.lam) * l_mom

@@ -6,7 +6,8 @@
 * flags only pre-filter the candidates — ``32-true`` always; ``bf16-mixed`` on a GPU with bf16 or
   a CPU with AVX-512 BF16 / AMX (emulated bf16 is never worth measuring); ``16-mixed`` on a GPU;
 * the candidates take turns (``ROUNDS`` interleaved rounds, A B A B …) of training steps on a
-  training-sized batch and of forward passes on an evaluation-sized batch of the actual encoder,
+  training-sized batch and of forward passes on an evaluation-sized batch of the actual encoder
+  (:func:`batch_shapes`: on a GPU, as large as a cell's evaluation batches),
   each round at least ``ROUND_S`` seconds (the device waited for at its end); a candidate's rate is
   its median round, and a low precision wins only when it is at least ``MARGIN`` faster than fp32;
 * a measurement is **trusted** only when the machine was not busy (the 1-minute load average
@@ -114,6 +115,15 @@ def machine_load() -> tuple[float, int]:
     return load, os.cpu_count() or 1
 
 
+def batch_shapes(gpu: bool) -> dict[str, tuple[int, int]]:
+    """The batches the candidates are timed on: ``TRAIN_BATCH``, and the evaluation batch a cell
+    runs — ``EVAL_BATCH`` on a CPU; on a GPU as many of its sentences as ``data.eval_batch_tokens``
+    holds (``hardware.GPU_EVAL_BATCH_TOKENS``): 64 sentences leave a GPU launch-bound, where every
+    precision runs at the same speed and the rounds disagree by noise."""
+    rows = hardware.GPU_EVAL_BATCH_TOKENS // EVAL_BATCH[1] if gpu else EVAL_BATCH[0]
+    return {"train": TRAIN_BATCH, "eval": (rows, EVAL_BATCH[1])}
+
+
 def measure_rounds(model: dict, names: list[str], device: str) -> dict:
     """Interleaved timed rounds of every candidate (see the module docstring): ``{"rates":
     {name: {"train": [tok/s per round], "eval": [...]}}, "cpu_share": float | None}``;
@@ -123,8 +133,8 @@ def measure_rounds(model: dict, names: list[str], device: str) -> dict:
     torch.manual_seed(0)
     encoder = instantiate(model).to(device)
     opt = torch.optim.AdamW(encoder.parameters(), lr=1e-6, fused=True)
-    inputs = {stage: torch.randint(1000, 2000, shape, device=device) for stage, shape in
-              (("train", TRAIN_BATCH), ("eval", EVAL_BATCH))}
+    inputs = {stage: torch.randint(1000, 2000, shape, device=device)
+              for stage, shape in batch_shapes(device.startswith("cuda")).items()}
 
     def step(name: str, stage: str) -> None:
         ids = inputs[stage]
@@ -197,7 +207,7 @@ def judge(measured: dict, load: tuple[float, int]) -> dict:
 def _key(device_name: str, model: dict, names: list[str]) -> str:
     encoder = {k: model.get(k) for k in ("name_or_path", "random_init", "tokenizer")}
     return json.dumps({"device": device_name, "torch": torch.__version__, "encoder": encoder,
-                       "batch": {"train": TRAIN_BATCH, "eval": EVAL_BATCH}, "candidates": names},
+                       "batch": batch_shapes(device_name.startswith("cuda")), "candidates": names},
                       sort_keys=True, default=str)
 
 

@@ -64,6 +64,31 @@ def layout_of(batch: dict) -> BatchLayout:
         corpora=tuple(batch["corpus"].tolist()) if "corpus" in batch else (0,) * rows)
 
 
+def host_index(values: list[int], device: torch.device) -> torch.Tensor:
+    """Indices the host knows, as a long tensor on ``device`` without waiting for it: on a GPU a
+    pinned copy sent asynchronously (a plain copy to the GPU waits for every queued kernel)."""
+    index = torch.tensor(values, dtype=torch.long)
+    return index.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else index
+
+
+class RealWords(NamedTuple):
+    """The real (non-padding) words of a ``(B, W)`` word grid, from the words per row the host
+    knows (:class:`BatchLayout`): ``x.flatten(0, 1)[flat]`` is ``x[word_mask]`` (same words, same
+    order) without the device computing where the mask is true, which waits for the queued work."""
+
+    flat: torch.Tensor  # (N,) index of each real word in the flattened grid
+    rows: torch.Tensor  # (N,) its row
+
+    @classmethod
+    def of(cls, words: tuple[int, ...], width: int, device: torch.device) -> "RealWords":
+        flat = [r * width + j for r, n in enumerate(words) for j in range(n)]
+        return cls(host_index(flat, device), host_index([r for r, n in enumerate(words) for _ in range(n)], device))
+
+    def select(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, W, ...) -> (N, ...)``: the real words' entries, as ``x[word_mask]``."""
+        return x.flatten(0, 1)[self.flat]
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingRecord:
     """What a fitted (and tested) family reports for ``results.json``."""
@@ -204,6 +229,12 @@ class NERModule(pl.LightningModule):
 
     def _full_precision(self):
         return torch.autocast(self.device.type, enabled=False)
+
+    @staticmethod
+    def real_words(batch: dict) -> RealWords:
+        """The batch's real words (:class:`RealWords`), from its layout."""
+        mask = batch["word_mask"]
+        return RealWords.of(layout_of(batch).words, mask.size(1), mask.device)
 
     @staticmethod
     def word_labels(batch: dict) -> torch.Tensor:

@@ -22,7 +22,7 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.losses import TokenLoss
-from ner_lightning.models.base import NERModule, layout_of
+from ner_lightning.models.base import NERModule, RealWords, host_index, layout_of
 from ner_lightning.models.encoder import TransformerEncoder
 
 
@@ -61,8 +61,9 @@ class SoftmaxHead(nn.Module):
     def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor,
              word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
         logits = self.scores(states, word_mask)
-        rows = torch.arange(word_mask.size(0), device=word_mask.device)[:, None].expand_as(word_mask)
-        return self.token_loss(logits[word_mask], labels[word_mask], sentence=rows[word_mask])
+        counts = word_counts if word_counts is not None else tuple(word_mask.sum(1).tolist())
+        words = RealWords.of(counts, word_mask.size(1), word_mask.device)
+        return self.token_loss(words.select(logits), words.select(labels), sentence=words.rows)
 
     def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
         return self.scores(states, word_mask).argmax(-1)
@@ -184,13 +185,14 @@ class HeadModule(NERModule):
             self.heads[name].fit_counts(dm.aux_label_counts(name))
 
     def _rows(self, batch: dict) -> list[tuple[str, torch.Tensor | None, tuple[int, ...]]]:
-        """(corpus name, row mask or None for all rows, words per row) of each corpus present in
-        the batch, from its layout (known on the host)."""
+        """(corpus name, its rows' indices or None for all rows, words per row) of each corpus
+        present in the batch, from its layout (known on the host)."""
         layout = layout_of(batch)
         present = sorted(set(layout.corpora))
         if len(present) == 1:
             return [(self.corpus_names[present[0]], None, layout.words)]
-        return [(self.corpus_names[c], batch["corpus"] == c,
+        device = batch["word_mask"].device
+        return [(self.corpus_names[c], host_index([i for i, k in enumerate(layout.corpora) if k == c], device),
                  tuple(n for n, k in zip(layout.words, layout.corpora) if k == c)) for c in present]
 
     def training_loss(self, batch: dict) -> torch.Tensor:
@@ -201,7 +203,7 @@ class HeadModule(NERModule):
                 loss, share = self.heads[name].loss(states, labels, mask, words), 1.0
             else:
                 loss = self.heads[name].loss(states[rows], labels[rows], mask[rows], words)
-                share = len(words) / rows.numel()
+                share = len(words) / mask.size(0)
             total = total + share * loss
             self.epoch_losses.setdefault(name, []).append(loss.detach())  # no host sync per step
         return total

@@ -76,11 +76,10 @@ class MRCModule(NERModule):
         return [((tags == _B) | (tags == _S)).long(), ((tags == _E) | (tags == _S)).long()]
 
     def training_loss(self, batch: dict) -> torch.Tensor:
-        mask = batch["word_mask"]
-        logits = self.logits(batch)[mask]
-        rows = torch.arange(mask.size(0), device=mask.device)[:, None].expand_as(mask)[mask]
-        targets = self.targets(self.word_labels(batch)[mask])
-        losses = [self.token_loss(logits[:, 2 * k : 2 * k + 2], y, sentence=rows) for k, y in enumerate(targets)]
+        words = self.real_words(batch)
+        logits = words.select(self.logits(batch))
+        targets = self.targets(words.select(self.word_labels(batch)))
+        losses = [self.token_loss(logits[:, 2 * k : 2 * k + 2], y, sentence=words.rows) for k, y in enumerate(targets)]
         return sum(losses) / len(losses)
 
     def decode(self, batch: dict) -> torch.Tensor:

@@ -65,9 +65,9 @@ class OneVsAllModule(AUCMinMax, NERModule):
     # --- scores and losses -----------------------------------------------------------------------
     def label_scores(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Sigmoid scores (N, K) and gold label ids (N,) of the batch's real words."""
-        mask = batch["word_mask"]
-        s = torch.sigmoid(self.heads(self.dropout(self.word_states(batch))[mask]))
-        return s, self.word_labels(batch)[mask]
+        words = self.real_words(batch)
+        s = torch.sigmoid(self.heads(words.select(self.dropout(self.word_states(batch)))))
+        return s, words.select(self.word_labels(batch))
 
     def auc_loss(self, s: torch.Tensor, y: torch.Tensor, labels: list[int]) -> torch.Tensor:
         """Σ_{k in labels} AUC_M(label k vs rest) (eq. 1)."""

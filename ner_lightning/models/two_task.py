@@ -105,9 +105,9 @@ class TwoTaskModule(AUCMinMax, NERModule):
         return torch.sigmoid(self.heads(states))  # (B, W, 2)
 
     def _states_and_targets(self, batch: dict):
-        mask = batch["word_mask"]
-        states = self.dropout(self.word_states(batch))[mask]
-        return states, *two_task_targets(self.word_labels(batch)[mask], self.label_set)
+        words = self.real_words(batch)
+        states = words.select(self.dropout(self.word_states(batch)))
+        return states, *two_task_targets(words.select(self.word_labels(batch)), self.label_set)
 
     def ce_loss(self, batch: dict) -> torch.Tensor:
         """COMAUC-2T's multi-class CE over B/I/O (targets O 0, B 1, I 2)."""
