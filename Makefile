@@ -54,7 +54,7 @@ gpu-check: install  ## (a GPU machine, ~8 min) make bench trainer=gpu, an 8-cell
 	    --grid "loss=ce,auc2t size=20,50 partition=0,1" --extra "trainer=gpu"
 	$(BIN)/python benchmarks/override_variants.py --out $(GPU_OUT)/variants.json \
 	    --base "trainer=gpu logger=csv trainer.max_epochs=2 trainer.min_epochs=1" \
-	    "" trainer.deterministic=false model.pack=false "trainer.deterministic=false model.pack=false"
+	    "" trainer.deterministic=warn model.pack=false "trainer.deterministic=warn model.pack=false"
 
 slurm-check: install  ## (root) start a one-node SLURM here, run the 4-cell grid via local and hydra/launcher=slurm
 	bash benchmarks/slurm_localhost.sh

@@ -2,7 +2,7 @@
 
 1. **limit**: the encoder alone at the best precision this machine has, measured here on the
    same sentences in ideal batches (sorted by length: least padding), no Lightning, no data
-   loading. Eval = forward passes over the test split; train = forward + backward + AdamW step
+   loading. Eval = forward passes over the test split in the batches the framework evaluates in; train = forward + backward + AdamW step
    (+ a linear head and CE) over the training partition. fp32 and bf16 autocast are both
    measured (fp16 too on a GPU); "best" is the fastest (bf16 pays only with native bf16:
    AVX-512 BF16 / AMX / GPU).
@@ -45,6 +45,7 @@ from omegaconf import OmegaConf
 
 from ner_lightning.config import compose_config
 from ner_lightning.data.alignment import collate_features
+from ner_lightning.data.datamodule import sorted_batches
 from ner_lightning.hardware import reserve_heap, uses_gpu
 from ner_lightning.precision import calibration
 from ner_lightning.protocols import train
@@ -136,7 +137,10 @@ def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
     dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
     dm.setup("fit")
     pad = encoder.tokenizer.pad_token_id
-    test = _sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, device)
+    # the evaluation batches the framework runs (data.eval_batch_tokens on a GPU), each as collated
+    test = [(move_data_to_device(b, device), int(b["attention_mask"].sum()))
+            for b in sorted_batches(dm.features["test"], cfg.data.eval_batch_size,
+                                    lambda feats: collate_features(feats, pad), max_tokens=cfg.data.eval_batch_tokens)]
     total = sum(n for _, n in test)
     stride = max(1, -(-total // max_eval_tokens))  # every k-th batch: the whole length range
     eval_batches = test[::stride]

@@ -205,10 +205,23 @@ def test_rounds_that_disagree_are_not_cached_and_children_inherit_the_choice(tim
     monkeypatch.setenv("NER_LIGHTNING_CACHE", str(tmp_path))
     rates.update({"32-true": (100, [100, 100, 100, 100, 100]), "bf16-mixed": (100, [160, 60, 150, 70, 140])})
     entry = precision.calibration("cpu", tiny)
-    assert entry["eval"] == "32-true" and "only 3 of 5 rounds chose bf16-mixed" in entry["why"]
+    assert entry["eval"] == "32-true" and "only 3 of 5 rounds had bf16-mixed within 5% of their fastest" in entry["why"]
     assert not (tmp_path / "precision.json").exists() and len(calls) == 2
     monkeypatch.setattr(precision, "_memo", {})  # a worker process started by this one
     assert precision.calibration("cpu", tiny)["eval"] == "32-true" and len(calls) == 2
+
+
+def test_two_low_precisions_that_tie_leave_the_measurement_trusted():
+    """An H200's evaluation rounds (2026-11-26): bf16 and fp16 both ~3.3x fp32, taking turns as
+    the fastest. The choice is within 5 % of every round's fastest: trusted, the faster median
+    chosen. A round where fp32 beats the choice by more than 5 % still disagrees."""
+    rates = {"32-true": [1_684] * 5, "bf16-mixed": [5_600, 5_500, 5_600, 5_500, 5_500],
+             "16-mixed": [5_500, 5_600, 5_500, 5_600, 5_600]}
+    entry = precision.judge({"rates": {n: {"train": [100] * 5, "eval": r} for n, r in rates.items()}}, (0.1, 16))
+    assert (entry["train"], entry["eval"], entry["trusted"]) == ("32-true", "16-mixed", True)
+    rates["32-true"] = [1_684, 7_000, 1_684, 7_000, 1_684]  # fp32 the fastest in two rounds: doubtful
+    entry = precision.judge({"rates": {n: {"train": [100] * 5, "eval": r} for n, r in rates.items()}}, (0.1, 16))
+    assert not entry["trusted"] and "eval: only 3 of 5 rounds had 16-mixed within 5%" in entry["doubts"][0]
 
 
 def test_measure_force_keeps_the_cached_entry_when_the_new_measurement_is_untrusted(timing, tiny, monkeypatch,
