@@ -1,19 +1,27 @@
-"""A trained cell as a folder that tags new text without this project's training side.
+"""A trained cell as a folder that tags new text, with or without this project.
 
-``<folder>/encoder/`` holds the encoder and its tokenizer in Hugging Face ``save_pretrained``
-form (loadable by ``AutoModel``/``AutoTokenizer`` on its own), ``heads.pt`` every parameter
-trained on top of it (classifier heads, CRF transitions, BiLSTM; the per-corpus heads of a
-multi-corpus run), ``model.json`` the label map, MRC queries and evaluation precision, and
-``config.yaml`` the cell's composed config. Written during a run (``export=true``) or afterwards
-from a cell's kept checkpoint::
+Families whose decoding is a per-word argmax of one linear layer (the softmax head: CE, WCE,
+focal, Dice, MoM) export a Hugging Face **token-classification model** at the folder's top
+(``config.json`` with ``id2label``, the encoder and that layer as its ``classifier``, the
+tokenizer), which ``transformers.pipeline("token-classification", model=<folder>,
+aggregation_strategy="first")`` loads without this project: a word's label is its first
+sub-word's, the rule the model was trained with ("simple" would also read the labels of later
+sub-words, which no loss ever saw). Other families (CRF, two-task, one-vs-all, MRC) keep the
+encoder in ``save_pretrained`` form under ``encoder/`` and tag through ``ner_lightning.predict``;
+``model.json`` says which (``pipeline``). Every export also holds ``heads.pt`` (every parameter
+trained on top of the encoder, the per-corpus heads of a multi-corpus run included),
+``model.json`` (label map, MRC queries, evaluation precision), ``config.yaml`` (the cell's
+composed config) and ``README.md``, a model card with the cell's scores. Written during a run
+(``export=true``) or afterwards from a cell's kept checkpoint::
 
     python -m ner_lightning.export multirun/.../0_loss=ce,size=50      # needs keep_checkpoint=true
 
-``ner_lightning.predict`` loads such a folder (:func:`load`) and tags raw text or CoNLL files.
+``ner_lightning.predict`` loads any export (:func:`load`) and tags raw text or CoNLL files.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import shutil
 import sys
@@ -27,29 +35,68 @@ from omegaconf import OmegaConf
 from ner_lightning.data.alignment import SubwordAligner, aligner_for, collate_features
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
 from ner_lightning.data.datamodule import sorted_batches
+from ner_lightning.model_card import model_card
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.heads import build_family
 
-FORMAT = 1  # model.json's layout version
+FORMAT = 2  # model.json's layout version (1: the encoder always under encoder/, no pipeline model)
+READS = (1, 2)
+PIPELINE = {"task": "token-classification", "aggregation_strategy": "first"}
 
 
-def export_model(module: NERModule, config: dict, out: str | Path, eval_precision: str) -> Path:
-    """Write ``module`` (with the weights it holds now) and its resolved ``config`` to ``out``,
-    replacing a previous export there only once the new one is complete."""
+def token_classification_model(module: NERModule):
+    """The module as a Hugging Face ``AutoModelForTokenClassification`` (encoder + its per-word
+    classifier, ``id2label`` from the main corpus's labels), or a string saying why it cannot be one."""
+    from transformers import AutoModelForTokenClassification
+
+    classifier = module.per_word_classifier()
+    if classifier is None:
+        return f"{type(module).__name__} does not decode by a per-word argmax: tag with ner_lightning.predict"
+    if module.framing != "tagging":
+        return f"data.framing={module.framing} inputs are not plain sentences: tag with ner_lightning.predict"
+    labels = module.label_set.labels
+    config = copy.deepcopy(module.encoder.model.config)
+    config.num_labels = len(labels)
+    config.id2label, config.label2id = dict(enumerate(labels)), {label: i for i, label in enumerate(labels)}
+    config.architectures = None
+    model = AutoModelForTokenClassification.from_config(config)
+    missing, _ = model.base_model.load_state_dict(module.encoder.model.state_dict(), strict=False)  # pooler: unused
+    head = getattr(model, "classifier", None)
+    if missing or not isinstance(head, torch.nn.Linear) or head.weight.shape != classifier.weight.shape:
+        return f"{type(model).__name__} has no token classifier this family's head maps to: tag with ner_lightning.predict"
+    head.load_state_dict(classifier.state_dict())
+    return model.eval()
+
+
+def export_model(module: NERModule, result: dict, out: str | Path) -> Path:
+    """Write ``module`` (with the weights it holds now), the cell's ``result`` (results.json: its
+    config, scores and provenance) and a model card to ``out``, replacing a previous export there
+    only once the new one is complete."""
     out = Path(out)
+    config = result["config"]
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    module.encoder.model.save_pretrained(partial / "encoder")
-    module.encoder.tokenizer.save_pretrained(partial / "encoder")
+    standard = token_classification_model(module)
+    if isinstance(standard, str):
+        encoder_dir = "encoder"
+        module.encoder.model.save_pretrained(partial / encoder_dir)
+    else:
+        encoder_dir = "."
+        standard.save_pretrained(partial)
+    module.encoder.tokenizer.save_pretrained(partial / encoder_dir)
     torch.save({k: v for k, v in module.state_dict().items() if not k.startswith("encoder.")}, partial / "heads.pt")
     queries = (config["data"]["corpus"].get("queries") or {})
     types = module.label_set.entity_types
     meta = {"format": FORMAT, "family": config["loss"]["_target_"], "framing": config["data"]["framing"],
+            "encoder_dir": encoder_dir,
+            "pipeline": {"available": False, "why": standard} if isinstance(standard, str) else
+            {"available": True, **PIPELINE},
             "entity_types": {name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
             "queries": [queries.get(t) or t for t in types], "max_length": config["data"]["max_length"],
-            "eval_batch_size": config["data"]["eval_batch_size"], "precision": eval_precision}
+            "eval_batch_size": config["data"]["eval_batch_size"], "precision": result["precision"]["eval"]}
     (partial / "model.json").write_text(json.dumps(meta, indent=2))
     OmegaConf.save(OmegaConf.create(config), partial / "config.yaml")
+    (partial / "README.md").write_text(model_card(result, meta, module.label_set.labels))
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     return out
@@ -88,10 +135,11 @@ def load(folder: str | Path, device: str = "cpu", precision: str | None = None) 
         raise FileNotFoundError(f"{folder} is not an exported model (no model.json): export a cell with "
                                 "`python -m ner_lightning.export CELL_DIR`, or train it with export=true")
     meta = json.loads(meta_path.read_text())
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{meta_path}: format {meta.get('format')}, this version reads format {FORMAT}")
+    if meta.get("format") not in READS:
+        raise ValueError(f"{meta_path}: format {meta.get('format')}, this version reads formats {READS}")
     config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
-    model = {**config["model"], "name_or_path": str(folder / "encoder"), "tokenizer": None, "random_init": None}
+    encoder_dir = folder / meta.get("encoder_dir", "encoder")
+    model = {**config["model"], "name_or_path": str(encoder_dir), "tokenizer": None, "random_init": None}
     encoder = instantiate(OmegaConf.create(model))
     heads = {name: LabelSet(types) for name, types in meta["entity_types"].items()}
     module = build_family(OmegaConf.create(config["loss"]), encoder, heads)
@@ -122,7 +170,7 @@ def export_cell(cell_dir: str | Path, out: str | Path | None = None) -> Path:
     heads = {name: LabelSet(types) for name, types in result["labels"].items()}
     module = build_family(OmegaConf.create(config["loss"]), encoder, heads)
     load_weights(module, checkpoint)
-    return export_model(module, config, out or cell_dir / "export", result["precision"]["eval"])
+    return export_model(module, result, out or cell_dir / "export")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"exported {args.cell} -> {folder}\ntag text with: python -m ner_lightning.predict {folder} INPUT")
+    if json.loads((folder / "model.json").read_text())["pipeline"]["available"]:
+        print(f'or without this project: transformers.pipeline("token-classification", model="{folder}", '
+              f'aggregation_strategy="first")')
     return 0
 
 

@@ -155,7 +155,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
     if cfg.export:
         if ckpt and not cfg.evaluate_test:
             load_weights(module, ckpt)  # testing loaded the selected weights; without a test, load them here
-        folder = export_model(module, result.config, out_dir / "export", result.precision["eval"])
+        folder = export_model(module, result.to_json(), out_dir / "export")
         result.export = folder.name
         log.info("%s | exported: python -m ner_lightning.predict %s INPUT", cell.prefix, folder)
     result.attempts, result.wall_time_s = cells.attempts(out_dir, result.wall_time_s)

@@ -85,3 +85,84 @@ def test_predict_names_what_is_wrong(tmp_path, capsys):
     text.write_text("a b\n")
     assert predict.main([str(tmp_path), str(text)]) == 2
     assert "not an exported model" in capsys.readouterr().err
+
+
+PIPELINE_SCRIPT = r"""
+import json, sys
+from transformers import pipeline
+folder, sentences = sys.argv[1], json.loads(sys.stdin.read())
+tagger = pipeline("token-classification", model=folder, aggregation_strategy="none")
+grouped = pipeline("token-classification", model=folder, aggregation_strategy="first")
+texts = [" ".join(words) for words in sentences]
+out = {"tokens": [tagger(t) for t in texts], "groups": [grouped(t) for t in texts]}
+assert not any(name.startswith("ner_lightning") for name in sys.modules)
+print(json.dumps(out, default=float))
+"""
+
+
+def _pipeline_tags(folder: Path, sentences: list[list[str]]) -> tuple[list[list[str]], list[set]]:
+    """Run ``transformers.pipeline`` on ``folder`` in a fresh process that never imports
+    ner_lightning; per sentence, each word's label (its first sub-word's, O where none) from
+    ``aggregation_strategy="none"`` and the word spans of ``"first"``'s entity groups."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", PIPELINE_SCRIPT, str(folder)], input=json.dumps(sentences),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    tags, groups = [], []
+    for words, tokens, found in zip(sentences, out["tokens"], out["groups"]):
+        starts = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]
+        by_start = {t["start"]: t["entity"] for t in tokens}
+        tags.append([by_start.get(s, "O") for s in starts])
+        word_at = {s: i for i, s in enumerate(starts)}
+        ends = {s + len(w): i for i, (s, w) in enumerate(zip(starts, words))}
+        groups.append({(g["entity_group"], word_at[g["start"]], ends[g["end"]]) for g in found})
+    return tags, groups
+
+
+@pytest.mark.parametrize("model", ["tiny", pytest.param("minilm", marks=pytest.mark.slow)])
+def test_a_softmax_head_export_is_a_transformers_pipeline_model_that_tags_as_predict(toy_cfg, model, tmp_path):
+    from ner_lightning.metrics import spans
+
+    extra = ["model=minilm", "trainer.max_epochs=2"] if model == "minilm" else ["trainer.max_epochs=3"]
+    result = train(toy_cfg("export=true", *extra))
+    folder = Path(result["config"]["paths"]["output_dir"]) / "export"
+    meta = json.loads((folder / "model.json").read_text())
+    assert meta["pipeline"] == {"available": True, "task": "token-classification", "aggregation_strategy": "first"}
+    config = json.loads((folder / "config.json").read_text())
+    assert list(config["id2label"].values()) == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG",
+                                                 "B-PER", "I-PER"]
+    words, _, saved = _columns(folder.parent / result["predictions"]["test"])
+    assert export.load(folder).tag(words) == saved  # predict reads the same folder
+    tags, groups = _pipeline_tags(folder, words)
+    assert tags == saved
+    assert groups == [set(spans(t, "lenient")) for t in saved]
+    assert any(t != "O" for sentence in saved for t in sentence)  # the comparison saw entities
+
+
+def test_a_crf_export_says_it_needs_predict_and_the_model_card_holds_the_cells_scores(toy_cfg):
+    result = train(toy_cfg("loss=crf", "export=true", "trainer.max_epochs=2"))
+    folder = Path(result["config"]["paths"]["output_dir"]) / "export"
+    meta = json.loads((folder / "model.json").read_text())
+    assert meta["pipeline"]["available"] is False and "ner_lightning.predict" in meta["pipeline"]["why"]
+    assert not (folder / "config.json").exists() and (folder / "encoder" / "config.json").is_file()
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\n") and "Not loadable by `transformers.pipeline`" in card
+    header = yaml_header(card)
+    assert "pipeline_tag" not in header and header["datasets"] == [result["partition"]["dataset"]]
+    metrics = {(r["dataset"]["split"], m["name"]): m["value"]
+               for r in header["model-index"][0]["results"] for m in r["metrics"]}
+    for split in ("dev", "test"):
+        assert metrics[(split, f"{split} strict micro F1")] == round(result[split]["micro"]["f1"], 4)
+        assert metrics[(split, f"{split} lenient micro F1")] == round(result[split]["lenient"]["micro"]["f1"], 4)
+        assert f"F1 {result[split]['micro']['f1']:.4f}" in card
+    assert result["partition"]["sha256"] in card and "python -m ner_lightning.run" in card
+
+
+def yaml_header(card: str) -> dict:
+    """The model card's YAML header, parsed as the Hub parses it (``huggingface_hub.ModelCard``)."""
+    from huggingface_hub import ModelCard
+
+    return ModelCard(card).data.to_dict()

@@ -454,6 +454,13 @@ class NERModule(pl.LightningModule):
         limit = self.trainer.limit_val_batches if stage == "val" else self.trainer.limit_test_batches
         return bool(self.trainer.fast_dev_run) or limit != 1.0
 
+    def per_word_classifier(self) -> torch.nn.Linear | None:
+        """The linear layer over the encoder's first-sub-word states whose argmax is this family's
+        decoding of the main corpus (labels in ``label_set`` order): then a Hugging Face
+        token-classification model tags as it does (``ner_lightning.export``). None (here) for
+        families that decode otherwise (Viterbi, two-task, one-vs-all, MRC)."""
+        return None
+
     def head_label_sets(self) -> dict[str, LabelSet]:
         """The label set of each head: the main corpus's (``HeadModule``: and each auxiliary's)."""
         return {MAIN: self.label_set}

@@ -40,6 +40,9 @@ class Head(Protocol):
     def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
         """Label ids ``(B, W)`` on the device."""
 
+    def per_word_classifier(self) -> nn.Linear | None:
+        """The linear layer whose per-word argmax is this head's decoding, or None."""
+
 
 class SoftmaxHead(nn.Module):
     """Dropout + linear scores ``(B, W, K)``; ``token_loss(logits (N, K), targets (N,), sentence)``
@@ -67,6 +70,9 @@ class SoftmaxHead(nn.Module):
 
     def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
         return self.scores(states, word_mask).argmax(-1)
+
+    def per_word_classifier(self) -> nn.Linear:
+        return self.classifier
 
 
 class CRFHead(nn.Module):
@@ -112,6 +118,9 @@ class CRFHead(nn.Module):
              word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
         tags = labels.clamp(min=0)  # padding words are masked out by the CRF
         return -crf_log_likelihood(self.crf, self.scores(states, word_mask, word_counts), tags, word_mask).mean()
+
+    def per_word_classifier(self) -> None:
+        return None  # Viterbi over the whole sentence, not a per-word argmax
 
     def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
         start, trans = self.crf.start_transitions, self.crf.transitions
@@ -171,6 +180,9 @@ class HeadModule(NERModule):
     def head(self) -> nn.Module:
         """The main corpus's head."""
         return self.heads[MAIN]
+
+    def per_word_classifier(self) -> nn.Linear | None:
+        return self.head.per_word_classifier()
 
     def setup(self, stage: str) -> None:
         dm = self.trainer.datamodule if self._trainer is not None else None
