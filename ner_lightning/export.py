@@ -35,6 +35,7 @@ from omegaconf import OmegaConf
 from ner_lightning.data.alignment import SubwordAligner, aligner_for, collate_features
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
 from ner_lightning.data.datamodule import sorted_batches
+from ner_lightning.hardware import eval_batch_tokens
 from ner_lightning.model_card import model_card
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.heads import build_family
@@ -115,14 +116,17 @@ class ExportedModel:
     module: NERModule
     aligner: SubwordAligner
     meta: dict
+    max_tokens: int | None = None  # padded sub-words per batch (a GPU: hardware.eval_batch_tokens), else sentences
 
     def tag(self, sentences: list[list[str]]) -> list[list[str]]:
+        """Length-sorted batches as in evaluation; the tags come back in input order."""
         if not sentences:
             return []
         items = [Sentence(f"predict:{i}", tuple(words), (OUTSIDE,) * len(words)) for i, words in enumerate(sentences)]
         features = self.aligner.encode(items, self.aligner.labels_for(self.module.label_set))
         pad = self.aligner.tokenizer.pad_token_id
-        batches = sorted_batches(features, self.meta["eval_batch_size"], lambda b: collate_features(b, pad))
+        batches = sorted_batches(features, self.meta["eval_batch_size"], lambda b: collate_features(b, pad),
+                                 max_tokens=self.max_tokens)
         return self.module.tag(batches, [len(s) for s in items])
 
 
@@ -151,7 +155,7 @@ def load(folder: str | Path, device: str = "cpu", precision: str | None = None) 
     module.eval().to(device)
     tokenizer = encoder.tokenizer
     aligner = aligner_for(meta["framing"], tokenizer, meta["max_length"], meta.get("queries") or [])
-    return ExportedModel(module, aligner, meta)
+    return ExportedModel(module, aligner, meta, eval_batch_tokens(torch.device(device).type))
 
 
 def export_cell(cell_dir: str | Path, out: str | Path | None = None) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from pathlib import Path
 
 from ner_lightning.data.corpus import CorpusFormatError, read_conll, write_conll
@@ -73,14 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     except (CorpusFormatError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    start = time.perf_counter()
     predicted = model.tag(words)
+    seconds = time.perf_counter() - start
     columns = [gold, predicted] if gold is not None else [predicted]
     if args.out:
         write_conll(args.out, words, *columns)
     else:
         for i, sentence in enumerate(words):
             sys.stdout.write("".join("\t".join(row) + "\n" for row in zip(sentence, *(c[i] for c in columns))) + "\n")
-    summary = f"tagged {len(words)} sentences, {sum(map(len, words))} words"
+    n_words = sum(map(len, words))
+    summary = (f"tagged {len(words)} sentences, {n_words} words in {seconds:.2f} s on {args.device} "
+               f"({n_words / max(seconds, 1e-9):,.0f} words/s)")
     if gold is not None:
         from ner_lightning.metrics import span_scores
 

@@ -2,6 +2,7 @@
 predictions in CoNLL form that score as its results.json says, and its exported folder tags the
 test split (and raw text) exactly as the cell did."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,9 @@ def test_exported_model_tags_the_test_split_as_the_cell_did(toy_cfg, family, tmp
     out = tmp_path / "pred.conll"
     test_file = Path(result["config"]["dataset"]["dir"]) / result["config"]["dataset"]["splits"]["test"]
     assert predict.main([str(cell / "export"), str(test_file), "--out", str(out)]) == 0
-    assert _columns(out)[2] == saved and f"span F1 {result['test']['micro']['f1']:.4f}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert _columns(out)[2] == saved and f"span F1 {result['test']['micro']['f1']:.4f}" in err
+    assert re.search(r"tagged \d+ sentences, \d+ words in [\d.]+ s on cpu \([\d,]+ words/s\)", err)
     raw = tmp_path / "raw.txt"
     raw.write_text("John Smith visited Paris.\n\nThe EU bought 5,000 tonnes .\n")
     assert predict.main([str(cell / "export"), str(raw)]) == 0
