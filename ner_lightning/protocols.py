@@ -30,7 +30,7 @@ from ner_lightning.precision import recorded
 from ner_lightning.results import CellResult, best_epoch, contributed_sections, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import code_version
-from ner_lightning.wandb_logging import finish_wandb, summarise_wandb
+from ner_lightning.wandb_logging import finish_wandb, log_prediction_tables, summarise_wandb
 
 log = logging.getLogger("ner_lightning")
 
@@ -161,6 +161,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> C
     result.attempts, result.wall_time_s = cells.attempts(out_dir, result.wall_time_s)
     result.write(out_dir / "results.json")
     summarise_wandb(loggers, result)
+    log_prediction_tables(loggers, result, out_dir)
     cells.clean_checkpoints(out_dir, ckpt if cfg.keep_checkpoint else None)
     _log_result(cfg, result)
     return result

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
-from ner_lightning.metrics import flat_scores
+from ner_lightning.metrics import flat_scores, spans
 from ner_lightning.results import CellResult
+
+TABLE_COLUMNS = ["sentence", "gold", "predicted", "missed", "spurious", "correct"]
 
 
 class WandbLogger(LightningWandbLogger):
@@ -18,9 +21,12 @@ class WandbLogger(LightningWandbLogger):
 
     TAG_LIMIT = 64
 
-    def __init__(self, *args, tags=None, **kwargs):
+    def __init__(self, *args, prediction_table_rows: int, tags=None, **kwargs):
+        """``prediction_table_rows``: sentences per split in the run's prediction tables
+        (:func:`log_prediction_tables`; 0 = none)."""
         tags = [t if len(t) <= self.TAG_LIMIT else t[:self.TAG_LIMIT - 1] + "…" for t in map(str, tags or [])]
         super().__init__(*args, tags=tags or None, **kwargs)
+        self.prediction_table_rows = prediction_table_rows
         if not kwargs.get("anonymous"):
             self._wandb_init.pop("anonymous", None)
 
@@ -37,6 +43,42 @@ def summarise_wandb(loggers: list, result: CellResult) -> None:
     for lg in loggers:
         if isinstance(lg, LightningWandbLogger):
             lg.experiment.summary.update(summary)
+
+
+def prediction_rows(path: Path, limit: int) -> list[list]:
+    """Rows of :data:`TABLE_COLUMNS` from a predictions file (token, gold, predicted per line):
+    each sentence with a gold or predicted span, its spans as ``TYPE: words`` (strict IOB2, as
+    scored), the gold spans it missed and the spurious ones; sentences with an error first, then
+    file order, at most ``limit``."""
+    rows = []
+    for block in path.read_text(encoding="utf-8").split("\n\n"):
+        cols = [line.split("\t") for line in block.splitlines() if line]
+        if not cols:
+            continue
+        words = [c[0] for c in cols]
+        gold, pred = (set(spans([c[k] for c in cols], "strict")) for k in (1, 2))
+        if not gold and not pred:
+            continue
+
+        def show(found: set) -> str:
+            return "; ".join(f"{t}: {' '.join(words[a:b + 1])}" for t, a, b in sorted(found, key=lambda s: s[1:]))
+        rows.append([" ".join(words), show(gold), show(pred), show(gold - pred), show(pred - gold), gold == pred])
+    rows.sort(key=lambda row: row[-1])  # stable: errors first, each part in file order
+    return rows[:limit]
+
+
+def log_prediction_tables(loggers: list, result: CellResult, out_dir: Path) -> None:
+    """Each prediction file of the cell (dev at the selected epoch, test, each auxiliary
+    corpus's test) as a W&B table ``predictions/<split>`` in the cell's run, where a grid's
+    errors can be browsed sentence by sentence."""
+    for lg in loggers:
+        if not isinstance(lg, WandbLogger) or not lg.prediction_table_rows:
+            continue
+        import wandb
+
+        for split, file in (result.predictions or {}).items():
+            rows = prediction_rows(Path(out_dir) / file, lg.prediction_table_rows)
+            lg.experiment.log({f"predictions/{split}": wandb.Table(columns=TABLE_COLUMNS, data=rows)})
 
 
 def finish_wandb() -> None:

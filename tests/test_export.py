@@ -169,3 +169,40 @@ def yaml_header(card: str) -> dict:
     from huggingface_hub import ModelCard
 
     return ModelCard(card).data.to_dict()
+
+
+def test_a_wandb_cell_run_holds_its_predictions_as_tables(toy_cfg, monkeypatch):
+    """``logger=wandb`` (offline): the cell's run holds ``predictions/dev`` and ``predictions/test``
+    tables, read back with W&B's own inspector; their rows are the prediction files' sentences
+    with spans, errors marked and first, capped by ``logger.wandb.prediction_table_rows``."""
+    from ner_lightning.report.wandb_summary import read_offline_run
+    from ner_lightning.wandb_logging import TABLE_COLUMNS, finish_wandb, prediction_rows
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    result = train(toy_cfg("logger=wandb", "trainer.max_epochs=3", "logger.wandb.prediction_table_rows=3",
+                           "logger.wandb.tags=[toy]"))  # composed here, the default tags would read Hydra's read-only node
+    finish_wandb()  # as the entry point does after each cell
+    cell = Path(result["config"]["paths"]["output_dir"])
+    (folder,) = list((cell / "wandb").glob("offline-run-*"))
+    run = read_offline_run(folder)
+    for split in ("dev", "test"):
+        assert run["summary"][f"predictions/{split}._type"] == "table-file"
+        table = json.loads((folder / "files" / run["summary"][f"predictions/{split}.path"]).read_text())
+        assert table["columns"] == TABLE_COLUMNS
+        words, gold, pred = _columns(cell / result["predictions"][split])
+        expected = prediction_rows(cell / result["predictions"][split], 3)
+        assert table["data"] == expected and 0 < len(expected) <= 3
+        errors = sum(sp(g) != sp(p) for g, p in zip(gold, pred) if sp(g) or sp(p))
+        assert [row[-1] for row in expected] == [False] * min(errors, 3) + [True] * (len(expected) - min(errors, 3))
+        assert errors > 0  # a 3-epoch toy model errs: the first row is an error, checked by hand
+        first = expected[0]
+        k = next(i for i, (g, p) in enumerate(zip(gold, pred)) if sp(g) != sp(p))
+        assert first[0] == " ".join(words[k])
+        missed = sp(gold[k]) - sp(pred[k])
+        assert first[3] == "; ".join(f"{t}: {' '.join(words[k][a:b + 1])}" for t, a, b in sorted(missed, key=lambda s: s[1:]))
+
+
+def sp(tags: list[str]) -> set:
+    from ner_lightning.metrics import spans
+
+    return set(spans(tags, "strict"))
