@@ -403,7 +403,9 @@ def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg, monkey
     assert attempt("sha-A") == first  # the resumed attempt: the same W&B run
     other = attempt("sha-B")
     assert other != first  # another cell in the same folder: another run
-    runs = sorted(p.name.rsplit("-", 1)[1] for p in (tmp_path / "wandb").glob("offline-run-*"))
+    # offline-run-<date>_<time>-<run id>, with "-1", "-2" ... when two attempts start in the same second
+    runs = sorted(re.fullmatch(r"offline-run-\d{8}_\d{6}-([0-9a-z]+)(?:-\d+)?", p.name).group(1)
+                  for p in (tmp_path / "wandb").glob("offline-run-*"))
     assert runs == sorted([first, first, other])  # what W&B wrote: two attempts of one run, one other run
 
 
