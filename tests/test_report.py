@@ -192,6 +192,12 @@ def test_wandb_summary_run_reads_back(sweep, tmp_path):
     table = json.loads((folder / "files" / run["summary"]["summary_table.path"]).read_text())
     row = dict(zip(table["columns"], table["data"][0]))
     assert row["loss"] == "ce" and row["size"] == "20" and row["test.micro.f1 mean"] == pytest.approx(0.4575)
+    cells = json.loads((folder / "files" / run["summary"]["cells_table.path"]).read_text())
+    assert cells["columns"] == ["loss", "size", "partition", "test.micro.f1", "test.macro.f1", "W&B run",
+                                "prediction tables"]
+    assert len(cells["data"]) == 16 and {tuple(c[:3]) for c in cells["data"]} == {
+        (loss, size, p) for loss in ("ce", "mom") for size in ("20", "50") for p in range(4)}
+    assert all(c[-2:] == [None, ""] for c in cells["data"])  # these runs logged to CSV only: no run, no tables
 
 
 def _corpus_run(dataset, scheme, partition, f1, dev, correct, predicted, support, aux=None):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ner_lightning.report.runs import group
+from ner_lightning.report.runs import group, labels, lookup
 from ner_lightning.report.stats import bootstrap_mean
 from ner_lightning.report.tables import values
 
@@ -32,10 +32,31 @@ def publish(runs: list[dict], by: list[str], metrics: list[str], figures: list[P
     run = wandb.init(project=wb.get("project", "ner_lightning"), group=config.get("group"), job_type="report",
                      name="summary", dir=str(out_dir), mode=mode, reinit="finish_previous",
                      config={"report_by": ",".join(by), "report_metrics": ",".join(metrics), "runs": len(runs)})
-    run.log({"summary_table": table, **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures if p.suffix == ".png"}})
+    run.log({"summary_table": table, "cells_table": cells_table(runs, by, metrics),
+             **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures if p.suffix == ".png"}})
     folder = Path(run.dir).parent
     run.finish()
     return folder
+
+
+CELL_COLUMNS = ("partition", "W&B run", "prediction tables")
+
+
+def cells_table(runs: list[dict], by: list[str], metrics: list[str]):
+    """One row per run: its ``by`` values, partition and metrics, the id of its own W&B run in the
+    same project and group, and the prediction tables that run holds (``predictions/<split>``,
+    ``logger.wandb.prediction_table_rows``): from a row of the summary to its sentences."""
+    import wandb
+
+    table = wandb.Table(columns=[*by, *CELL_COLUMNS[:1], *metrics, *CELL_COLUMNS[1:]])
+    columns = [labels(runs, k) for k in by]
+    for i, r in enumerate(runs):
+        wb = (r["config"].get("logger") or {}).get("wandb") or {}
+        tables = [f"predictions/{split}" for split in (r.get("predictions") or {})] \
+            if wb.get("prediction_table_rows") else []
+        table.add_data(*(c[i] for c in columns), r["partition"]["partition"], *(lookup(r, m) for m in metrics),
+                       wb.get("id"), ", ".join(tables))
+    return table
 
 
 def read_offline_run(folder: Path) -> dict:
