@@ -2,10 +2,10 @@
 
 1. **limit**: the encoder alone at the best precision this machine has, measured here on the
    same sentences in ideal batches (sorted by length: least padding), no Lightning, no data
-   loading. Eval = forward passes over the test split in the batches the framework evaluates in; train = forward + backward + AdamW step
-   (+ a linear head and CE) over the training partition. fp32 and bf16 autocast are both
-   measured (fp16 too on a GPU); "best" is the fastest (bf16 pays only with native bf16:
-   AVX-512 BF16 / AMX / GPU).
+   loading. Eval = forward passes over the test split in the batches the framework evaluates in;
+   train = forward + backward + AdamW step (+ a linear head and CE) over the training partition.
+   fp32 and bf16 autocast are both measured (fp16 too on a GPU); "best" is the fastest (bf16 pays
+   only with native bf16: AVX-512 BF16 / AMX / GPU).
    Measured before and after the three runs; each figure is the faster of the two, so a slow
    moment of a shared VM during one of them does not flatter the ratios.
 2. **plain**: the loop a researcher writes around transformers' examples (run_ner.py style:

@@ -64,7 +64,8 @@ def token_classification_model(module: NERModule):
     missing, _ = model.base_model.load_state_dict(module.encoder.model.state_dict(), strict=False)  # pooler: unused
     head = getattr(model, "classifier", None)
     if missing or not isinstance(head, torch.nn.Linear) or head.weight.shape != classifier.weight.shape:
-        return f"{type(model).__name__} has no token classifier this family's head maps to: tag with ner_lightning.predict"
+        return (f"{type(model).__name__} has no token classifier this family's head maps to: "
+                "tag with ner_lightning.predict")
     head.load_state_dict(classifier.state_dict())
     return model.eval()
 
