@@ -7,7 +7,7 @@ import yaml
 from scipy import stats
 
 from ner_lightning.report.__main__ import main
-from ner_lightning.report.claims import judge_all, t_test
+from ner_lightning.report.claims import judge_all, p_against, symmetric_verdicts, t_test
 
 D = np.array([0.031, 0.012, 0.048, -0.004, 0.027, 0.019])
 
@@ -23,6 +23,46 @@ def test_p_values_and_interval_are_scipys_paired_t_and_tost():
     tost = max(stats.ttest_1samp(D, -0.05, alternative="greater").pvalue,
                stats.ttest_1samp(D, 0.05, alternative="less").pvalue)
     assert p == pytest.approx(tost)
+
+
+def test_the_reverse_p_values_are_scipys_one_sided_tests_the_other_way():
+    assert p_against(D, ">", 0.0) == pytest.approx(stats.ttest_1samp(D, 0.0, alternative="less").pvalue)
+    assert p_against(D, ">>", 0.01) == pytest.approx(stats.ttest_1samp(D, 0.01, alternative="less").pvalue)
+    outside = 2 * min(stats.ttest_1samp(D, 0.01, alternative="greater").pvalue,
+                      stats.ttest_1samp(D, -0.01, alternative="less").pvalue)
+    assert p_against(D, "≈", 0.01) == pytest.approx(min(1.0, outside))
+
+
+def test_symmetric_verdicts_adjust_both_directions_within_each_family_by_hand():
+    # family A: 2 claims -> 4 p-values; Holm multipliers 4, 3, 2, 1 in order of size
+    p_for, p_rev = [0.004, 0.60], [0.99, 0.02]
+    # A: sorted 0.004 (x4 = 0.016), 0.02 (x3 = 0.06), 0.60, 0.99 -> claim 1 replicated; claim 2's
+    # reverse 0.06 >= 0.05: inconclusive (unadjusted, 0.02 would have said "not replicated")
+    assert symmetric_verdicts(p_for, p_rev, ["A", "A"], 0.05) == ["replicated", "inconclusive"]
+    # as two families of one claim each: multipliers 2, 1 -> 0.008 and 0.04: both decided
+    assert symmetric_verdicts(p_for, p_rev, ["A", "B"], 0.05) == ["replicated", "not replicated"]
+
+
+def test_symmetric_rule_keeps_each_kind_of_false_verdict_within_alpha_by_simulation():
+    """2,000 simulated studies of 10 ">" claims, n = 10 partitions, SD 0.024 (the median SD of
+    the paired differences), every true Δ = 0 — the boundary of both hypotheses, so any verdict
+    is false. Family-wise, false "replicated" and false "not replicated" each stay within α (up to
+    simulation error); the old rule's unadjusted "not replicated" does not."""
+    rng = np.random.default_rng(0)
+    alpha, studies, claims = 0.05, 2000, 10
+    false = {"replicated": 0, "not replicated": 0}
+    old_false_not = 0
+    for _ in range(studies):
+        d = rng.normal(0.0, 0.024, size=(claims, 10))
+        tests = [t_test(row, ">", 0.0, alpha) for row in d]
+        verdicts = symmetric_verdicts([t[0] for t in tests], [p_against(row, ">", 0.0) for row in d],
+                                      ["paper"] * claims, alpha)
+        for kind in false:
+            false[kind] += kind in verdicts
+        old_false_not += any(high <= 0 for _, _, high in tests)  # the old rule: 95 % interval below 0
+    bound = alpha + 3 * np.sqrt(alpha * (1 - alpha) / studies)
+    assert false["replicated"] / studies <= bound and false["not replicated"] / studies <= bound
+    assert old_false_not / studies > 0.15  # ~1 - 0.975^10 = 22 %
 
 
 def _write(root, name, loss, partition, f1, resumed=False, scheme="untyped"):

@@ -26,6 +26,11 @@ The p-values of every claim in the file are Holm-adjusted together (one claim fa
 * **inconclusive** — otherwise: the interval crosses 0 or the margin, or it does not but the
   claim's p, adjusted for every claim of the file, stays above α.
 
+A second verdict column judges every claim by a symmetric rule (:func:`symmetric_verdicts`):
+the claim and its reverse are both tested one-sided and Holm-adjusted together within the
+claim's family (its ``family`` key, by default its paper), so "not replicated" needs the same
+adjusted evidence as "replicated" and the family-wise chance of any false verdict is at most α.
+
 The percentile bootstrap interval is printed as a second column; cells that resumed from a
 checkpoint are counted and listed (they end as uninterrupted ones would; the list lets a reader
 check). Rows whose runs differ in a setting other than ``key``, the replicates and the claim's
@@ -62,9 +67,11 @@ class Judged:
     boot_low: float
     boot_high: float
     p: float  # one-sided (or TOST) p of the claim's hypothesis
+    p_reverse: float  # p of its reverse (:func:`p_against`)
     resumed: list[str] = field(default_factory=list)  # folders of resumed runs, relative to the claims file
     p_holm: float = math.nan
     verdict: str = ""
+    symmetric: str = ""  # the verdict of :func:`symmetric_verdicts` within the claim's family
 
 
 def load_claims(path: Path) -> tuple[dict, list[dict]]:
@@ -87,25 +94,57 @@ def load_claims(path: Path) -> tuple[dict, list[dict]]:
     return settings, claims
 
 
-def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[float, float, float]:
-    """The claim's p-value and the two-sided (1 − α) paired t-interval of mean Δ."""
+def _tails(d: np.ndarray):
+    """One-sided paired t-test p-values of mean Δ: ``above(b)`` of H0 "mean Δ ≤ b", ``below(b)``
+    of H0 "mean Δ ≥ b"."""
     n, mean = len(d), float(np.mean(d))
     se = float(np.std(d, ddof=1) / math.sqrt(n))
-    half = float(stats.t.ppf(1 - alpha / 2, n - 1)) * se
 
-    def above(bound: float) -> float:  # p of H0 "mean Δ ≤ bound"
+    def above(bound: float) -> float:
         if se == 0:
             return 0.0 if mean > bound else 1.0
         return float(stats.t.sf((mean - bound) / se, n - 1))
 
-    def below(bound: float) -> float:  # p of H0 "mean Δ ≥ bound"
+    def below(bound: float) -> float:
         if se == 0:
             return 0.0 if mean < bound else 1.0
         return float(stats.t.cdf((mean - bound) / se, n - 1))
+    return above, below
 
+
+def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[float, float, float]:
+    """The claim's p-value and the two-sided (1 − α) paired t-interval of mean Δ."""
+    n, mean = len(d), float(np.mean(d))
+    half = float(stats.t.ppf(1 - alpha / 2, n - 1)) * float(np.std(d, ddof=1) / math.sqrt(n))
+    above, below = _tails(d)
     p = {">": lambda: above(0.0), ">>": lambda: above(margin),
          "≈": lambda: max(above(-margin), below(margin))}[relation]()
     return p, mean - half, mean + half
+
+
+def p_against(d: np.ndarray, relation: str, margin: float) -> float:
+    """The p-value of the claim's reverse, i.e. of H0 "the claim may hold" against Δ on the
+    other side: Δ < 0 (``>``), Δ < margin (``>>``), |Δ| > margin (``≈``: the two directions,
+    Bonferroni)."""
+    above, below = _tails(d)
+    return {">": lambda: below(0.0), ">>": lambda: below(margin),
+            "≈": lambda: min(1.0, 2 * min(above(margin), below(-margin)))}[relation]()
+
+
+def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: list[str], alpha: float) -> list[str]:
+    """Both directions of every claim tested and adjusted alike: within each family, Holm over
+    its 2m one-sided p-values (each claim's and its reverse's). *replicated* when the claim's
+    adjusted p < α, *not replicated* when the reverse's is, else *inconclusive*. Holm controls the
+    family-wise error over all 2m directional nulls, so the chance of any false verdict of either
+    kind in a family is at most α (``tests/test_claims.py`` simulates it)."""
+    out = [""] * len(p_for)
+    for family in dict.fromkeys(families):
+        members = [i for i, f in enumerate(families) if f == family]
+        adjusted = holm([p for i in members for p in (p_for[i], p_reverse[i])])
+        for k, i in enumerate(members):
+            out[i] = ("replicated" if adjusted[2 * k] < alpha else
+                      "not replicated" if adjusted[2 * k + 1] < alpha else "inconclusive")
+    return out
 
 
 def _runs(spec: dict, root: Path) -> list[dict]:
@@ -172,10 +211,12 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> J
     if len(deltas) < 2:
         raise SystemExit(f"claim {claim['id']}: {len(deltas)} paired partitions; a verdict needs at least 2")
     d = np.asarray(list(deltas.values()), dtype=float)
-    p, low, high = t_test(d, claim["relation"], float(claim.get("margin") or 0.0), alpha)
+    margin = float(claim.get("margin") or 0.0)
+    p, low, high = t_test(d, claim["relation"], margin, alpha)
     boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
     resumed = sorted(os.path.relpath(r["_dir"], root) for r in used if r.get("resumed_from"))
-    return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p, resumed)
+    return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p,
+                  p_against(d, claim["relation"], margin), resumed)
 
 
 def verdict(j: Judged, alpha: float) -> str:
@@ -195,7 +236,16 @@ def judge_all(path: Path) -> tuple[dict, list[Judged]]:
     for j, p in zip(judged, holm([j.p for j in judged])):
         j.p_holm = p
         j.verdict = verdict(j, settings["alpha"])
+    symmetric = symmetric_verdicts([j.p for j in judged], [j.p_reverse for j in judged],
+                                   [family(j.claim) for j in judged], settings["alpha"])
+    for j, v in zip(judged, symmetric):
+        j.symmetric = v
     return settings, judged
+
+
+def family(claim: dict) -> str:
+    """The claim's family for :func:`symmetric_verdicts`: its ``family`` key, else its paper."""
+    return str(claim.get("family") or claim["paper"])
 
 
 def _relation(claim: dict) -> str:
@@ -222,14 +272,14 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
     level = round(100 * (1 - settings["alpha"]))
     head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n", f"mean Δ [t {level}% CI]",
-            f"bootstrap {level}% CI", "p (Holm)", "verdict"]
+            f"bootstrap {level}% CI", "p (Holm)", "verdict", "symmetric verdict (family)"]
     rows = []
     for j in judged:
         c = j.claim
         rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
                      _difference(c, name), str(j.n),
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
-                     f"{j.p_holm:.4f}", j.verdict])
+                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})"])
     resumed = sorted({d for j in judged for d in j.resumed})
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)) if resumed else \
         "No run read resumed from a checkpoint."
