@@ -30,6 +30,9 @@ A second verdict column judges every claim by a symmetric rule (:func:`symmetric
 the claim and its reverse are both tested one-sided and Holm-adjusted together within the
 claim's family (its ``family`` key, by default its paper), so "not replicated" needs the same
 adjusted evidence as "replicated" and the family-wise chance of any false verdict is at most α.
+The last column is the distance from the claim's bound (0, the margin) that its n and observed SD
+detect with 80 % power at the strictest Holm level of its family (:func:`detectable_effect`): a
+claimed effect below it cannot be told from none by this design.
 
 The percentile bootstrap interval is printed as a second column; cells that resumed from a
 checkpoint are counted and listed (they end as uninterrupted ones would; the list lets a reader
@@ -40,12 +43,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import yaml
-from scipy import stats
+from scipy import optimize, stats
 
 from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
@@ -68,6 +72,7 @@ class Judged:
     boot_high: float
     p: float  # one-sided (or TOST) p of the claim's hypothesis
     p_reverse: float  # p of its reverse (:func:`p_against`)
+    sd: float  # standard deviation of the paired differences
     resumed: list[str] = field(default_factory=list)  # folders of resumed runs, relative to the claims file
     p_holm: float = math.nan
     verdict: str = ""
@@ -129,6 +134,21 @@ def p_against(d: np.ndarray, relation: str, margin: float) -> float:
     above, below = _tails(d)
     return {">": lambda: below(0.0), ">>": lambda: below(margin),
             "≈": lambda: min(1.0, 2 * min(above(margin), below(-margin)))}[relation]()
+
+
+POWER = 0.8  # the power at which a claim's detectable effect is stated
+
+
+def detectable_effect(sd: float, n: int, alpha: float, tests: int) -> float:
+    """The smallest true distance of mean Δ from the claim's bound that a one-sided paired t-test
+    finds with probability ``POWER`` at level α / ``tests`` (the first, strictest step of Holm over
+    ``tests`` one-sided tests), for differences with standard deviation ``sd`` over ``n``
+    partitions: the noncentrality at which the noncentral t exceeds the critical value with
+    probability ``POWER``, times sd / √n."""
+    df = n - 1
+    critical = stats.t.ppf(1 - alpha / tests, df)
+    noncentrality = optimize.brentq(lambda nc: stats.nct.sf(critical, df, nc) - POWER, 0.0, 1e3)
+    return float(noncentrality * sd / math.sqrt(n))
 
 
 def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: list[str], alpha: float) -> list[str]:
@@ -216,7 +236,7 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> J
     boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
     resumed = sorted(os.path.relpath(r["_dir"], root) for r in used if r.get("resumed_from"))
     return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p,
-                  p_against(d, claim["relation"], margin), resumed)
+                  p_against(d, claim["relation"], margin), float(np.std(d, ddof=1)), resumed)
 
 
 def verdict(j: Judged, alpha: float) -> str:
@@ -272,14 +292,17 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
     level = round(100 * (1 - settings["alpha"]))
     head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n", f"mean Δ [t {level}% CI]",
-            f"bootstrap {level}% CI", "p (Holm)", "verdict", "symmetric verdict (family)"]
+            f"bootstrap {level}% CI", "p (Holm)", "verdict", "symmetric verdict (family)",
+            f"detectable Δ ({round(100 * POWER)}% power)"]
+    sizes = Counter(family(j.claim) for j in judged)
     rows = []
     for j in judged:
         c = j.claim
+        mde = detectable_effect(j.sd, j.n, settings["alpha"], 2 * sizes[family(c)])
         rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
                      _difference(c, name), str(j.n),
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
-                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})"])
+                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}"])
     resumed = sorted({d for j in judged for d in j.resumed})
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)) if resumed else \
         "No run read resumed from a checkpoint."
