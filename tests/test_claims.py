@@ -80,7 +80,8 @@ def test_symmetric_rule_keeps_each_kind_of_false_verdict_within_alpha_by_simulat
     assert old_false_not / studies > 0.15  # ~1 - 0.975^10 = 22 %
 
 
-def _write(root, name, loss, partition, f1, resumed=False, scheme="untyped"):
+def _write(root, name, loss, partition, f1, resumed=False, scheme="untyped", lenient=None):
+    """A results.json; ``lenient``: its lenient-scoring F1 (default: the strict one)."""
     d = root / name
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps({
@@ -88,7 +89,8 @@ def _write(root, name, loss, partition, f1, resumed=False, scheme="untyped"):
         "config": {"size": 20, "partition": partition, "seed": 42, "dataset": {"name": "toy"},
                    "data": {"label_scheme": scheme}},
         "partition": {"sha256": f"p{partition}", "partition": partition}, "compute": {"init_seed": 42},
-        "test": {"micro": {"f1": f1}}, "wall_time_s": 1.0, "resumed_from": "last.ckpt" if resumed else None}))
+        "test": {"micro": {"f1": f1}, "lenient": {"micro": {"f1": f1 if lenient is None else lenient}}},
+        "wall_time_s": 1.0, "resumed_from": "last.ckpt" if resumed else None}))
 
 
 def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, capsys):
@@ -96,8 +98,8 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     gains = {"better": D + 0.02, "worse": -D - 0.02, "same": D / 10}
     for p in range(len(D)):
         _write(runs, f"ce{p}", "ce", p, 0.5, resumed=p == 0)
-        for loss, gain in gains.items():
-            _write(runs, f"{loss}{p}", loss, p, 0.5 + gain[p])
+        for loss, gain in gains.items():  # lenient scoring reverses "better" (a sensitivity column)
+            _write(runs, f"{loss}{p}", loss, p, 0.5 + gain[p], lenient=0.5 - gain[p] if loss == "better" else None)
     claim = {"paper": "P", "source": "Table 1", "runs": ["runs"], "key": "loss", "baseline": "ce",
              "metric": "test.micro.f1", "where": {"size": 20}}
     claims = [{**claim, "id": 1, "statement": "better > CE", "method": "better", "relation": ">"},
@@ -123,6 +125,11 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     out = capsys.readouterr().out
     assert "| 1 | P | Table 1 | better > CE | better − ce (test.micro.f1, >) | 6 |" in out
     assert "| replicated |" in out and "1 of the runs read resumed from a checkpoint" in out
+    # claim 1: strict replicated (both rules; the symmetric one in family P of 4 claims), the
+    # detectable Δ, then lenient scoring, where "better" is worse: not replicated
+    row = next(line for line in out.splitlines() if line.startswith("| 1 |")).split(" | ")
+    assert row[9:] == ["replicated", "replicated (P)", row[11], "not replicated |"] and float(row[11]) > 0
+    assert [j.symmetric for j in judge_all(path, "lenient")[1]][0] == "not replicated"
     main(["--claims", str(path), "--format", "latex", "--plots", str(tmp_path / "figs")])
     assert "\\toprule" in capsys.readouterr().out
     for name in ("claims_forest", "curve"):

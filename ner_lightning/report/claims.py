@@ -30,9 +30,11 @@ A second verdict column judges every claim by a symmetric rule (:func:`symmetric
 the claim and its reverse are both tested one-sided and Holm-adjusted together within the
 claim's family (its ``family`` key, by default its paper), so "not replicated" needs the same
 adjusted evidence as "replicated" and the family-wise chance of any false verdict is at most α.
-The last column is the distance from the claim's bound (0, the margin) that its n and observed SD
-detect with 80 % power at the strictest Holm level of its family (:func:`detectable_effect`): a
-claimed effect below it cannot be told from none by this design.
+Then the distance from the claim's bound (0, the margin) that its n and observed SD detect with
+80 % power at the strictest Holm level of its family (:func:`detectable_effect`): a claimed
+effect below it cannot be told from none by this design. The last column is the symmetric
+verdict with every score read under lenient span rules (seqeval's default mode, conlleval's),
+the scorer the AUC-2T and OVA-AUC papers' citation of seqeval implies.
 
 The percentile bootstrap interval is printed as a second column; cells that resumed from a
 checkpoint are counted and listed (they end as uninterrupted ones would; the list lets a reader
@@ -250,8 +252,18 @@ def verdict(j: Judged, alpha: float) -> str:
     return "inconclusive"
 
 
-def judge_all(path: Path) -> tuple[dict, list[Judged]]:
+def lenient(metric: str) -> str:
+    """The same score under lenient (conlleval) span rules: ``test.micro.f1`` -> ``test.lenient.micro.f1``."""
+    split, _, rest = metric.partition(".")
+    return metric if rest.startswith("lenient.") else f"{split}.lenient.{rest}"
+
+
+def judge_all(path: Path, scoring: str = "strict") -> tuple[dict, list[Judged]]:
+    """Every claim of the file judged by both rules; ``scoring="lenient"`` reads each claim's
+    metric under lenient span rules instead (:func:`lenient`)."""
     settings, claims = load_claims(path)
+    if scoring == "lenient":
+        claims = [{**c, "metric": lenient(c["metric"])} for c in claims]
     judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent) for c in claims]
     for j, p in zip(judged, holm([j.p for j in judged])):
         j.p_holm = p
@@ -285,6 +297,7 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     """The claims table, every verdict computed by the rule in this module's docstring (and with
     ``plots``, the forest plot of every claim's Δ there)."""
     settings, judged = judge_all(path)
+    _, judged_lenient = judge_all(path, "lenient")
     if plots is not None:
         forest_plot(judged, settings, plots)
         for spec in settings["figures"]:
@@ -293,16 +306,16 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     level = round(100 * (1 - settings["alpha"]))
     head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n", f"mean Δ [t {level}% CI]",
             f"bootstrap {level}% CI", "p (Holm)", "verdict", "symmetric verdict (family)",
-            f"detectable Δ ({round(100 * POWER)}% power)"]
+            f"detectable Δ ({round(100 * POWER)}% power)", "lenient scoring: symmetric verdict"]
     sizes = Counter(family(j.claim) for j in judged)
     rows = []
-    for j in judged:
+    for j, jl in zip(judged, judged_lenient):
         c = j.claim
         mde = detectable_effect(j.sd, j.n, settings["alpha"], 2 * sizes[family(c)])
         rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
                      _difference(c, name), str(j.n),
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
-                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}"])
+                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}", jl.symmetric])
     resumed = sorted({d for j in judged for d in j.resumed})
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)) if resumed else \
         "No run read resumed from a checkpoint."
