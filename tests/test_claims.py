@@ -130,6 +130,10 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     row = next(line for line in out.splitlines() if line.startswith("| 1 |")).split(" | ")
     assert row[9:] == ["replicated", "replicated (P)", row[11], "not replicated |"] and float(row[11]) > 0
     assert [j.symmetric for j in judge_all(path, "lenient")[1]][0] == "not replicated"
+    _, without = judge_all(path, drop_resumed=True)  # partition 0's baseline resumed: left out
+    assert [j.n for j in without] == [len(D) - 1] * 4
+    changed = [j.claim["id"] for j, w in zip(judged, without) if j.symmetric != w.symmetric]
+    assert ("no symmetric verdict changes" in out) == (not changed)
     main(["--claims", str(path), "--format", "latex", "--plots", str(tmp_path / "figs")])
     assert "\\toprule" in capsys.readouterr().out
     for name in ("claims_forest", "curve"):

@@ -36,6 +36,9 @@ effect below it cannot be told from none by this design. The last column is the 
 verdict with every score read under lenient span rules (seqeval's default mode, conlleval's),
 the scorer the AUC-2T and OVA-AUC papers' citation of seqeval implies.
 
+Under the table, the note on resumed runs says which symmetric verdicts change when those runs
+(and their partitions) are left out.
+
 The percentile bootstrap interval is printed as a second column; cells that resumed from a
 checkpoint are counted and listed (they end as uninterrupted ones would; the list lets a reader
 check). Rows whose runs differ in a setting other than ``key``, the replicates and the claim's
@@ -206,12 +209,14 @@ def _deltas_per(claim: dict, runs: list[dict], pool: list[str], key: str,
             for v in (tuple(map(str, values)) or sorted(set(split)))}
 
 
-def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path) -> Judged:
+def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop_resumed: bool = False) -> Judged:
     """Δ of one claim from its runs (glob patterns relative to the claims file's folder). With
     ``interaction: {key, with, without}``, Δ is a difference of differences per partition:
     (method − baseline at key=with) − (method − baseline at key=without); with ``average_over``,
     the mean over that key's values of method − baseline per partition."""
     runs = _runs(claim, root)
+    if drop_resumed:  # a sensitivity check: the partitions of resumed runs left out
+        runs = [r for r in runs if not r.get("resumed_from")]
     pool = list(claim.get("pool") or [])
     inter, average = claim.get("interaction"), claim.get("average_over")
     if claim.get("select_on_dev"):
@@ -258,13 +263,15 @@ def lenient(metric: str) -> str:
     return metric if rest.startswith("lenient.") else f"{split}.lenient.{rest}"
 
 
-def judge_all(path: Path, scoring: str = "strict") -> tuple[dict, list[Judged]]:
+def judge_all(path: Path, scoring: str = "strict", drop_resumed: bool = False) -> tuple[dict, list[Judged]]:
     """Every claim of the file judged by both rules; ``scoring="lenient"`` reads each claim's
-    metric under lenient span rules instead (:func:`lenient`)."""
+    metric under lenient span rules instead (:func:`lenient`); ``drop_resumed`` leaves out the
+    runs that resumed from a checkpoint (and so their partitions)."""
     settings, claims = load_claims(path)
     if scoring == "lenient":
         claims = [{**c, "metric": lenient(c["metric"])} for c in claims]
-    judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent) for c in claims]
+    judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent, drop_resumed)
+              for c in claims]
     for j, p in zip(judged, holm([j.p for j in judged])):
         j.p_holm = p
         j.verdict = verdict(j, settings["alpha"])
@@ -317,8 +324,8 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
                      f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}", jl.symmetric])
     resumed = sorted({d for j in judged for d in j.resumed})
-    note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)) if resumed else \
-        "No run read resumed from a checkpoint."
+    note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)
+            + ". " + _without_resumed(path, judged)) if resumed else "No run read resumed from a checkpoint."
     if fmt == "latex":
         esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
         lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
@@ -326,6 +333,15 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
         return "\n".join(lines) + f"\n% {note}"
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out) + f"\n\n{note}"
+
+
+def _without_resumed(path: Path, judged: list[Judged]) -> str:
+    """Which symmetric verdicts change when the resumed runs (and their partitions) are left out."""
+    _, without = judge_all(path, drop_resumed=True)
+    changed = [f"{j.claim['id']} ({j.symmetric} -> {w.symmetric}, n {j.n} -> {w.n})"
+               for j, w in zip(judged, without) if j.symmetric != w.symmetric]
+    return ("Without them, the symmetric verdicts of " + "; ".join(changed) + " change.") if changed else \
+        "Without them, no symmetric verdict changes."
 
 
 LATEX = {"_": "\\_", "%": "\\%", "&": "\\&", "#": "\\#", "≈": "$\\approx$", "≫": "$\\gg$", "±": "$\\pm$",
