@@ -304,7 +304,10 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     """The claims table, every verdict computed by the rule in this module's docstring (and with
     ``plots``, the forest plot of every claim's Δ there)."""
     settings, judged = judge_all(path)
-    _, judged_lenient = judge_all(path, "lenient")
+    try:
+        lenient_verdicts = [j.symmetric for j in judge_all(path, "lenient")[1]]
+    except SystemExit:  # runs without lenient scores (results.json written by hand)
+        lenient_verdicts = ["—"] * len(judged)
     if plots is not None:
         forest_plot(judged, settings, plots)
         for spec in settings["figures"]:
@@ -316,13 +319,13 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
             f"detectable Δ ({round(100 * POWER)}% power)", "lenient scoring: symmetric verdict"]
     sizes = Counter(family(j.claim) for j in judged)
     rows = []
-    for j, jl in zip(judged, judged_lenient):
+    for j, lenient_verdict in zip(judged, lenient_verdicts):
         c = j.claim
         mde = detectable_effect(j.sd, j.n, settings["alpha"], 2 * sizes[family(c)])
         rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
                      _difference(c, name), str(j.n),
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
-                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}", jl.symmetric])
+                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}", lenient_verdict])
     resumed = sorted({d for j in judged for d in j.resumed})
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)
             + ". " + _without_resumed(path, judged)) if resumed else "No run read resumed from a checkpoint."
@@ -337,7 +340,10 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
 
 def _without_resumed(path: Path, judged: list[Judged]) -> str:
     """Which symmetric verdicts change when the resumed runs (and their partitions) are left out."""
-    _, without = judge_all(path, drop_resumed=True)
+    try:
+        _, without = judge_all(path, drop_resumed=True)
+    except SystemExit as err:  # a claim left with fewer than 2 partitions
+        return f"Without them, not every claim can be judged ({err})."
     changed = [f"{j.claim['id']} ({j.symmetric} -> {w.symmetric}, n {j.n} -> {w.n})"
                for j, w in zip(judged, without) if j.symmetric != w.symmetric]
     return ("Without them, the symmetric verdicts of " + "; ".join(changed) + " change.") if changed else \
