@@ -77,10 +77,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _sorted_batches(features, batch_size: int, pad_id: int, device: torch.device) -> list[tuple[dict, int]]:
-    """Length-sorted batches on ``device``, each with its real sub-word count (counted on the host)."""
-    feats = sorted(features, key=lambda f: len(f.input_ids))
-    batches = [collate_features(feats[i : i + batch_size], pad_id) for i in range(0, len(feats), batch_size)]
+def _sorted_batches(features, batch_size: int, pad_id: int, device: torch.device,
+                    max_tokens: int | None = None) -> list[tuple[dict, int]]:
+    """Length-sorted batches as the framework evaluates in (``datamodule.sorted_batches``: ``batch_size``
+    sentences, or ``max_tokens`` padded sub-words) on ``device``, each with its real sub-word count."""
+    batches = sorted_batches(features, batch_size, lambda feats: collate_features(feats, pad_id), max_tokens=max_tokens)
     return [(move_data_to_device(b, device), int(b["attention_mask"].sum())) for b in batches]
 
 
@@ -137,10 +138,7 @@ def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
     dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
     dm.setup("fit")
     pad = encoder.tokenizer.pad_token_id
-    # the evaluation batches the framework runs (data.eval_batch_tokens on a GPU), each as collated
-    test = [(move_data_to_device(b, device), int(b["attention_mask"].sum()))
-            for b in sorted_batches(dm.features["test"], cfg.data.eval_batch_size,
-                                    lambda feats: collate_features(feats, pad), max_tokens=cfg.data.eval_batch_tokens)]
+    test = _sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, device, cfg.data.eval_batch_tokens)
     total = sum(n for _, n in test)
     stride = max(1, -(-total // max_eval_tokens))  # every k-th batch: the whole length range
     eval_batches = test[::stride]

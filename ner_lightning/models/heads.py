@@ -104,7 +104,7 @@ class CRFHead(nn.Module):
             counts = word_counts if word_counts is not None else tuple(word_mask.sum(1).tolist())
             order = sorted(range(len(counts)), key=lambda i: -counts[i])  # longest first, sorted on the host
             back = sorted(range(len(order)), key=order.__getitem__)
-            to_order, to_back = (torch.tensor(x).to(states.device, non_blocking=True) for x in (order, back))
+            to_order, to_back = (host_index(x, states.device) for x in (order, back))
             packed = pack_padded_sequence(states.index_select(0, to_order), torch.tensor([counts[i] for i in order]),
                                           batch_first=True, enforce_sorted=True)
             states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=states.size(1))

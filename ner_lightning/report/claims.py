@@ -163,8 +163,8 @@ def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: lis
     family-wise error over all 2m directional nulls, so the chance of any false verdict of either
     kind in a family is at most α (``tests/test_claims.py`` simulates it)."""
     out = [""] * len(p_for)
-    for family in dict.fromkeys(families):
-        members = [i for i, f in enumerate(families) if f == family]
+    for name in dict.fromkeys(families):
+        members = [i for i, f in enumerate(families) if f == name]
         adjusted = holm([p for i in members for p in (p_for[i], p_reverse[i])])
         for k, i in enumerate(members):
             out[i] = ("replicated" if adjusted[2 * k] < alpha else
@@ -172,12 +172,16 @@ def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: lis
     return out
 
 
-def _runs(spec: dict, root: Path) -> list[dict]:
-    """The runs a claim or figure reads: its ``runs`` glob patterns under ``root``, filtered by ``where``."""
+def _runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]:
+    """The runs a claim or figure reads: its ``runs`` glob patterns under ``root``, filtered by
+    ``where``. ``loaded``: folders already read (one table's claims share their sweeps)."""
     folders = [match for pattern in spec["runs"] for match in run_store.glob(root, pattern)]
     if not folders:
         raise SystemExit(f"{spec.get('id', spec.get('name'))}: no folder matches {spec['runs']} under {root}")
-    runs, _ = load_runs(folders)
+    loaded = {} if loaded is None else loaded
+    if tuple(folders) not in loaded:
+        loaded[tuple(folders)] = load_runs(folders)[0]
+    runs = loaded[tuple(folders)]
     for key, value in (spec.get("where") or {}).items():
         runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
     return runs
@@ -209,12 +213,13 @@ def _deltas_per(claim: dict, runs: list[dict], pool: list[str], key: str,
             for v in (tuple(map(str, values)) or sorted(set(split)))}
 
 
-def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop_resumed: bool = False) -> Judged:
+def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop_resumed: bool = False,
+          loaded: dict | None = None) -> Judged:
     """Δ of one claim from its runs (glob patterns relative to the claims file's folder). With
     ``interaction: {key, with, without}``, Δ is a difference of differences per partition:
     (method − baseline at key=with) − (method − baseline at key=without); with ``average_over``,
     the mean over that key's values of method − baseline per partition."""
-    runs = _runs(claim, root)
+    runs = _runs(claim, root, loaded)
     if drop_resumed:  # a sensitivity check: the partitions of resumed runs left out
         runs = [r for r in runs if not r.get("resumed_from")]
     pool = list(claim.get("pool") or [])
@@ -263,15 +268,17 @@ def lenient(metric: str) -> str:
     return metric if rest.startswith("lenient.") else f"{split}.lenient.{rest}"
 
 
-def judge_all(path: Path, scoring: str = "strict", drop_resumed: bool = False) -> tuple[dict, list[Judged]]:
+def judge_all(path: Path, scoring: str = "strict", drop_resumed: bool = False,
+              loaded: dict | None = None) -> tuple[dict, list[Judged]]:
     """Every claim of the file judged by both rules; ``scoring="lenient"`` reads each claim's
     metric under lenient span rules instead (:func:`lenient`); ``drop_resumed`` leaves out the
-    runs that resumed from a checkpoint (and so their partitions)."""
+    runs that resumed from a checkpoint (and so their partitions); ``loaded``: see :func:`_runs`."""
+    loaded = {} if loaded is None else loaded
     settings, claims = load_claims(path)
     if scoring == "lenient":
         claims = [{**c, "metric": lenient(c["metric"])} for c in claims]
-    judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent, drop_resumed)
-              for c in claims]
+    judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent, drop_resumed,
+                    loaded) for c in claims]
     for j, p in zip(judged, holm([j.p for j in judged])):
         j.p_holm = p
         j.verdict = verdict(j, settings["alpha"])
@@ -303,9 +310,10 @@ def _difference(claim: dict, name) -> str:
 def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     """The claims table, every verdict computed by the rule in this module's docstring (and with
     ``plots``, the forest plot of every claim's Δ there)."""
-    settings, judged = judge_all(path)
+    loaded: dict = {}  # the runs, read once for the three readings of the claims
+    settings, judged = judge_all(path, loaded=loaded)
     try:
-        lenient_verdicts = [j.symmetric for j in judge_all(path, "lenient")[1]]
+        lenient_verdicts = [j.symmetric for j in judge_all(path, "lenient", loaded=loaded)[1]]
     except SystemExit:  # runs without lenient scores (results.json written by hand)
         lenient_verdicts = ["—"] * len(judged)
     if plots is not None:
@@ -328,7 +336,7 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
                      f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}", lenient_verdict])
     resumed = sorted({d for j in judged for d in j.resumed})
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)
-            + ". " + _without_resumed(path, judged)) if resumed else "No run read resumed from a checkpoint."
+            + ". " + _without_resumed(path, judged, loaded)) if resumed else "No run read resumed from a checkpoint."
     if fmt == "latex":
         esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
         lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
@@ -338,10 +346,10 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     return "\n".join(out) + f"\n\n{note}"
 
 
-def _without_resumed(path: Path, judged: list[Judged]) -> str:
+def _without_resumed(path: Path, judged: list[Judged], loaded: dict) -> str:
     """Which symmetric verdicts change when the resumed runs (and their partitions) are left out."""
     try:
-        _, without = judge_all(path, drop_resumed=True)
+        _, without = judge_all(path, drop_resumed=True, loaded=loaded)
     except SystemExit as err:  # a claim left with fewer than 2 partitions
         return f"Without them, not every claim can be judged ({err})."
     changed = [f"{j.claim['id']} ({j.symmetric} -> {w.symmetric}, n {j.n} -> {w.n})"
