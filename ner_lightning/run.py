@@ -12,6 +12,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -100,8 +101,13 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    """The ``ner-lightning`` command (``python -m ner_lightning.run``). A hard crash (abort,
-    segfault) prints every thread's Python stack to stderr first, so the cell's log says where."""
+    """The ``ner-lightning`` command (``python -m ner_lightning.run``); ``ner-lightning study FILE``
+    runs a study (``ner_lightning.study``). A hard crash (abort, segfault) prints every thread's
+    Python stack to stderr first, so the cell's log says where."""
+    if sys.argv[1:2] == ["study"]:  # `ner-lightning study CLAIMS.yaml`: ner_lightning/study.py
+        from ner_lightning.study import main as study
+
+        return study(sys.argv[2:])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     faulthandler.enable()
     main()

@@ -7,7 +7,8 @@ import yaml
 from scipy import stats
 
 from ner_lightning.report.__main__ import main
-from ner_lightning.report.claims import detectable_effect, judge_all, p_against, symmetric_verdicts, t_test
+from ner_lightning.report.claims import (detectable_effect, judge_all, p_against, partitions_needed, symmetric_verdicts,
+                                         t_test)
 
 D = np.array([0.031, 0.012, 0.048, -0.004, 0.027, 0.019])
 
@@ -80,15 +81,15 @@ def test_symmetric_rule_keeps_each_kind_of_false_verdict_within_alpha_by_simulat
     assert old_false_not / studies > 0.15  # ~1 - 0.975^10 = 22 %
 
 
-def _write(root, name, loss, partition, f1, resumed=False, scheme="untyped", lenient=None):
+def _write(root, name, loss, partition, f1, resumed=False, scheme="untyped", lenient=None, init_seed=42):
     """A results.json; ``lenient``: its lenient-scoring F1 (default: the strict one)."""
     d = root / name
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps({
-        "overrides": [f"loss={loss}", "size=20", f"partition={partition}"],
-        "config": {"size": 20, "partition": partition, "seed": 42, "dataset": {"name": "toy"},
+        "overrides": [f"loss={loss}", "size=20", f"partition={partition}", f"init_seed={init_seed}"],
+        "config": {"size": 20, "partition": partition, "seed": 42, "init_seed": init_seed, "dataset": {"name": "toy"},
                    "data": {"label_scheme": scheme}},
-        "partition": {"sha256": f"p{partition}", "partition": partition}, "compute": {"init_seed": 42},
+        "partition": {"sha256": f"p{partition}", "partition": partition}, "compute": {"init_seed": init_seed},
         "test": {"micro": {"f1": f1}, "lenient": {"micro": {"f1": f1 if lenient is None else lenient}}},
         "wall_time_s": 1.0, "resumed_from": "last.ckpt" if resumed else None}))
 
@@ -112,12 +113,14 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     path.write_text(yaml.safe_dump({"alpha": 0.05, "resamples": 200, "claims": claims, "figures": figures},
                                    allow_unicode=True))
     _, judged = judge_all(path)
-    ps = [j.p for j in judged]  # Holm (1979) by hand: the k-th smallest of m times (m - k + 1), running max
+    # Holm (1979) by hand over the family's 2m directions (each claim's p and its reverse's): the
+    # k-th smallest of 2m times (2m - k + 1), running max; a claim's adjusted p is its own direction's
+    ps = [p for j in judged for p in (j.p, j.p_reverse)]
     order, running, by_hand = sorted(range(len(ps)), key=ps.__getitem__), 0.0, [0.0] * len(ps)
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
         by_hand[i] = running
-    assert [j.p_holm for j in judged] == pytest.approx(by_hand)
+    assert [j.p_holm for j in judged] == pytest.approx(by_hand[::2])
     assert [j.verdict for j in judged] == ["replicated", "not replicated", "replicated", "not replicated"]
     assert judged[0].mean == pytest.approx(float(np.mean(D + 0.02))) and judged[0].n == len(D)
     assert judged[0].resumed == ["runs/ce0"]
@@ -125,19 +128,80 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     out = capsys.readouterr().out
     assert "| 1 | P | Table 1 | better > CE | better − ce (test.micro.f1, >) | 6 |" in out
     assert "| replicated |" in out and "1 of the runs read resumed from a checkpoint" in out
-    # claim 1: strict replicated (both rules; the symmetric one in family P of 4 claims), the
-    # detectable Δ, then lenient scoring, where "better" is worse: not replicated
+    # claim 1: replicated in family P (strict: P states no scorer), its detectable Δ, no paper Δ,
+    # then lenient scoring, where "better" is worse: not replicated; one family of all: replicated
     row = next(line for line in out.splitlines() if line.startswith("| 1 |")).split(" | ")
-    assert row[9:] == ["replicated", "replicated (P)", row[11], "not replicated |"] and float(row[11]) > 0
-    assert [j.symmetric for j in judge_all(path, "lenient")[1]][0] == "not replicated"
+    assert row[9:] == ["replicated", "P", "strict", row[12], "—", "—", "not replicated", "replicated |"]
+    assert float(row[12]) > 0
+    assert [j.verdict for j in judge_all(path, "lenient")[1]][0] == "not replicated"
     _, without = judge_all(path, drop_resumed=True)  # partition 0's baseline resumed: left out
     assert [j.n for j in without] == [len(D) - 1] * 4
-    changed = [j.claim["id"] for j, w in zip(judged, without) if j.symmetric != w.symmetric]
-    assert ("no symmetric verdict changes" in out) == (not changed)
+    changed = [j.claim["id"] for j, w in zip(judged, without) if j.verdict != w.verdict]
+    assert ("no verdict changes" in out) == (not changed)
+    assert "Every verdict is the earlier rule's." in out  # these four are clear under both rules
+    # the paper's own scorer is the primary one: P cites a lenient scorer
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "papers": {"P": {"scorer": "lenient"}}}, allow_unicode=True))
+    assert judge_all(path)[1][0].verdict == "not replicated"
+    assert judge_all(path, "other")[1][0].verdict == "replicated"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
     main(["--claims", str(path), "--format", "latex", "--plots", str(tmp_path / "figs")])
     assert "\\toprule" in capsys.readouterr().out
     for name in ("claims_forest", "curve"):
         assert (tmp_path / "figs" / f"{name}.png").is_file() and (tmp_path / "figs" / f"{name}.svg").is_file()
+
+
+def test_seeds_are_averaged_within_each_partition_and_partitions_are_the_replicates(tmp_path):
+    """Two initialisation seeds per partition: Δ of a partition is the mean of its two paired
+    differences, n counts partitions (the table says "6 × 2"), and the t-test is scipy's on those means."""
+    runs = tmp_path / "runs"
+    noise = np.array([0.01, -0.02, 0.015, 0.0, -0.01, 0.02])
+    for p in range(len(D)):
+        for seed, sign in ((42, 1), (43, -1)):
+            _write(runs, f"ce{p}_{seed}", "ce", p, 0.5, init_seed=seed)
+            _write(runs, f"m{p}_{seed}", "m", p, 0.5 + D[p] + sign * noise[p], init_seed=seed)
+    claim = {"id": 1, "paper": "P", "source": "S", "statement": "m > CE", "runs": ["runs"], "key": "loss",
+             "method": "m", "baseline": "ce", "metric": "test.micro.f1", "relation": ">"}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [claim]}, allow_unicode=True))
+    (j,) = judge_all(path)[1]
+    assert (j.n, j.seeds) == (len(D), (2, 2)) and j.mean == pytest.approx(float(np.mean(D)))
+    assert j.p == pytest.approx(stats.ttest_1samp(D, 0.0, alternative="greater").pvalue)
+    from ner_lightning.report.claims import claims_table
+
+    assert "| 6 × 2 |" in claims_table(path)
+
+
+def test_a_paper_effect_below_the_detectable_one_is_underpowered_and_a_vacuous_claim_is_left_out(tmp_path):
+    """An inconclusive claim whose paper Δ lies below the detectable Δ is underpowered; with a
+    paper Δ above it, it stays inconclusive; a vacuous claim gets no verdict and leaves its family's
+    adjustment (the other claim's Holm multiplier is then 2, not 4)."""
+    runs = tmp_path / "runs"
+    noisy = np.array([0.05, -0.04, 0.03, -0.02, 0.01, -0.03])
+    for p, d in enumerate(noisy):
+        _write(runs, f"ce{p}", "ce", p, 0.5)
+        _write(runs, f"m{p}", "m", p, 0.5 + d)
+    base = {"id": 1, "paper": "P", "source": "S", "statement": "m > CE", "runs": ["runs"], "key": "loss",
+            "method": "m", "baseline": "ce", "metric": "test.micro.f1", "relation": ">"}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**base, "paper_delta": 0.005}]}, allow_unicode=True))
+    (j,) = judge_all(path)[1]
+    assert j.verdict == "underpowered" and j.detectable > 0.005
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**base, "paper_delta": 0.5}]}, allow_unicode=True))
+    assert judge_all(path)[1][0].verdict == "inconclusive"
+    vacuous = {**base, "id": 2, "vacuous": "the baseline predicts nothing"}
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [base, vacuous]}, allow_unicode=True))
+    one, empty = judge_all(path)[1]
+    assert empty.verdict == "vacuous"
+    assert one.p_holm == pytest.approx(min(1.0, 2 * min(one.p, one.p_reverse)) if one.p < one.p_reverse
+                                       else max(min(1.0, 2 * one.p_reverse), one.p))
+
+
+def test_partitions_needed_is_the_first_n_whose_detectable_effect_reaches_the_papers():
+    for distance, sd, tests in ((0.02, 0.024, 8), (0.005, 0.024, 40), (0.1, 0.03, 2)):
+        n = partitions_needed(distance, sd, 0.05, tests)
+        assert detectable_effect(sd, n, 0.05, tests) <= distance < detectable_effect(sd, n - 1, 0.05, tests)
+    assert partitions_needed(-0.01, 0.02, 0.05, 2) is None and partitions_needed(0.01, 0.0, 0.05, 2) == 2
 
 
 def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refused(tmp_path):

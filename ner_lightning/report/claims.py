@@ -16,33 +16,43 @@ every value shares (a macro average, e.g. over main corpora as in MUNCHABLES' Ta
 ``select_on_dev: KEY`` runs that differ only in ``KEY`` are first reduced, per partition, to the one
 with the best dev score (SingleAux's auxiliary corpus, MUNCHABLES §4.1; test is never read).
 
-Δ is method − baseline per partition, paired on the same training sentences and initialisation.
-The p-values of every claim in the file are Holm-adjusted together (one claim family). Verdict:
+Δ is method − baseline per pair (partition, initialisation seed), paired on the same training
+sentences and initialisation; with several seeds per partition (``init_seed=42,43,44``) Δ per
+partition is the mean over its seeds, and the partitions are the replicates (n; the seeds only
+make each partition's Δ less noisy). The rule (:func:`symmetric_verdicts`): the claim and its
+reverse (Δ on the other side of 0, of the ≫ margin, outside the ≈ band: :func:`p_against`) are
+both tested one-sided and Holm-adjusted together within the claim's **family** (its ``family``
+key, by default its paper):
 
-* **replicated** — adjusted p < α;
-* **not replicated** — the two-sided (1 − α) paired t-interval of Δ lies wholly on the other side:
-  at or below 0 (``>``), at or below the margin (``>>``: the difference, if any, is smaller than
-  claimed), wholly outside ±margin (``≈``);
-* **inconclusive** — otherwise: the interval crosses 0 or the margin, or it does not but the
-  claim's p, adjusted for every claim of the file, stays above α.
+* **replicated** — the claim's adjusted p < α;
+* **not replicated** — its reverse's adjusted p < α;
+* **underpowered** — neither, and the paper's own effect (``paper_delta``: the paper's
+  method − baseline; :func:`paper_distance`, how far beyond the claim's bound it reaches) is
+  positive but smaller than the effect this design detects with 80 % power
+  (:func:`detectable_effect`);
+* **inconclusive** — neither otherwise;
+* **vacuous** — the claim's ``vacuous`` key says why the comparison cannot test the statement
+  (it is left out of its family's adjustment).
 
-A second verdict column judges every claim by a symmetric rule (:func:`symmetric_verdicts`):
-the claim and its reverse are both tested one-sided and Holm-adjusted together within the
-claim's family (its ``family`` key, by default its paper), so "not replicated" needs the same
-adjusted evidence as "replicated" and the family-wise chance of any false verdict is at most α.
-Then the distance from the claim's bound (0, the margin) that its n and observed SD detect with
-80 % power at the strictest Holm level of its family (:func:`detectable_effect`): a claimed
-effect below it cannot be told from none by this design. The last column is the symmetric
-verdict with every score read under lenient span rules (seqeval's default mode, conlleval's),
-the scorer the AUC-2T and OVA-AUC papers' citation of seqeval implies.
+Holm over the family's 2m directional nulls bounds the chance of *any* false verdict of either
+kind in a family by α. Each claim is read under its paper's scorer (``papers: {NAME: {scorer:
+strict | lenient}}``; strict spans where a paper says nothing); the table adds the verdict under
+the other scorer and under one family of every claim of the file as sensitivity columns, and
+the number of partitions (:func:`partitions_needed`) at which the paper's own effect would be
+found with 80 % power.
 
-Under the table, the note on resumed runs says which symmetric verdicts change when those runs
-(and their partitions) are left out.
+Under the table, the note on resumed runs says which verdicts change when those runs (and their
+partitions) are left out, and the note on the earlier rule (Holm over the file for
+"replicated", an unadjusted interval for "not replicated": :func:`earlier_verdict`) which
+verdicts this rule changes.
 
 The percentile bootstrap interval is printed as a second column; cells that resumed from a
 checkpoint are counted and listed (they end as uninterrupted ones would; the list lets a reader
 check). Rows whose runs differ in a setting other than ``key``, the replicates and the claim's
 ``pool`` keys (e.g. ``head_lr`` when each method was tuned on its own) are refused.
+
+A claims file may also name the grids its claims need (``grids`` and a claim's ``grid`` instead
+of ``runs``): ``ner-lightning study FILE`` then runs them and judges (``ner_lightning.study``).
 """
 from __future__ import annotations
 
@@ -51,6 +61,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Collection
 
 import numpy as np
 import yaml
@@ -58,7 +69,7 @@ from scipy import optimize, stats
 
 from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
-from ner_lightning.report.runs import group, labels, load_runs, select_on_dev
+from ner_lightning.report.runs import group, labels, load_runs, partition_label, select_on_dev
 from ner_lightning.report.stats import bootstrap_mean, holm
 from ner_lightning.report.tables import paired_by_partition
 
@@ -69,7 +80,7 @@ FIELDS = ("id", "paper", "source", "statement", "relation", "runs", "key", "meth
 @dataclass
 class Judged:
     claim: dict
-    n: int
+    n: int  # partitions
     mean: float
     t_low: float
     t_high: float
@@ -79,28 +90,42 @@ class Judged:
     p_reverse: float  # p of its reverse (:func:`p_against`)
     sd: float  # standard deviation of the paired differences
     resumed: list[str] = field(default_factory=list)  # folders of resumed runs, relative to the claims file
-    p_holm: float = math.nan
+    seeds: tuple[int, int] = (1, 1)  # fewest and most initialisation seeds of a partition
+    p_holm: float = math.nan  # the claim's p, Holm-adjusted with its family's 2m directions
     verdict: str = ""
-    symmetric: str = ""  # the verdict of :func:`symmetric_verdicts` within the claim's family
+    detectable: float = math.nan  # :func:`detectable_effect` at the family's strictest level
+
+
+SCORERS = ("strict", "lenient")
 
 
 def load_claims(path: Path) -> tuple[dict, list[dict]]:
-    """The file's settings (``alpha``, ``resamples``, ``seed``) and its claims, checked."""
+    """The file's settings (``alpha``, ``resamples``, ``seed``, ``names``, ``figures``, ``papers``,
+    ``grids``, ``study``) and its claims, checked."""
     data = yaml.safe_load(Path(path).read_text()) or {}
     claims = data.get("claims") or []
     if not claims:
         raise SystemExit(f"{path}: no claims (a top-level `claims:` list)")
+    grids = data.get("grids") or {}
+    papers = {str(k): dict(v or {}) for k, v in (data.get("papers") or {}).items()}
+    for name, paper in papers.items():
+        if paper.get("scorer", "strict") not in SCORERS:
+            raise SystemExit(f"{path}: papers.{name}.scorer {paper['scorer']!r} is not one of {SCORERS}")
     for i, c in enumerate(claims):
-        missing = [f for f in FIELDS if f not in c]
+        missing = [f for f in FIELDS if f not in c and not (f == "runs" and "grid" in c)]
         if missing:
             raise SystemExit(f"{path}: claim {c.get('id', i + 1)} lacks {', '.join(missing)}")
+        if "grid" in c and c["grid"] not in grids:
+            raise SystemExit(f"{path}: claim {c['id']}: grid {c['grid']!r} is not one of the file's grids "
+                             f"({', '.join(grids) or 'none: add a top-level `grids:` map'})")
         if c["relation"] not in RELATIONS:
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']!r} is not one of {RELATIONS}")
         if c["relation"] != ">" and not c.get("margin"):
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']} needs a positive margin")
     settings = {"alpha": float(data.get("alpha", 0.05)), "resamples": int(data.get("resamples", 10_000)),
                 "seed": int(data.get("seed", 0)), "names": {str(k): str(v) for k, v in (data.get("names") or {}).items()},
-                "figures": list(data.get("figures") or [])}
+                "figures": list(data.get("figures") or []), "papers": papers, "grids": grids,
+                "study": dict(data.get("study") or {})}
     return settings, claims
 
 
@@ -156,20 +181,55 @@ def detectable_effect(sd: float, n: int, alpha: float, tests: int) -> float:
     return float(noncentrality * sd / math.sqrt(n))
 
 
-def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: list[str], alpha: float) -> list[str]:
-    """Both directions of every claim tested and adjusted alike: within each family, Holm over
-    its 2m one-sided p-values (each claim's and its reverse's). *replicated* when the claim's
-    adjusted p < α, *not replicated* when the reverse's is, else *inconclusive*. Holm controls the
-    family-wise error over all 2m directional nulls, so the chance of any false verdict of either
-    kind in a family is at most α (``tests/test_claims.py`` simulates it)."""
-    out = [""] * len(p_for)
+def partitions_needed(distance: float, sd: float, alpha: float, tests: int, most: int = 100_000) -> int | None:
+    """The fewest partitions at which :func:`detectable_effect` reaches ``distance`` (the paper's
+    effect beyond the claim's bound) for differences with standard deviation ``sd``; None when
+    the paper's effect does not reach beyond the bound, or needs more than ``most``."""
+    if not distance > 0:
+        return None
+    if sd == 0:
+        return 2
+    low, high = 2, 2
+    while detectable_effect(sd, high, alpha, tests) > distance:
+        low, high = high, high * 2
+        if high > most:
+            return None
+    while low < high:  # the smallest n in [low, high] that detects it
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if detectable_effect(sd, mid, alpha, tests) > distance else (low, mid)
+    return high
+
+
+def paper_distance(claim: dict) -> float | None:
+    """How far the paper's own Δ (``paper_delta``) lies beyond the claim's bound: Δ (``>``),
+    Δ − margin (``>>``), margin − |Δ| (``≈``); None when the claim states no paper Δ."""
+    if claim.get("paper_delta") is None:
+        return None
+    delta, margin = float(claim["paper_delta"]), float(claim.get("margin") or 0.0)
+    return {">": delta, ">>": delta - margin, "≈": margin - abs(delta)}[claim["relation"]]
+
+
+def symmetric_adjusted(p_for: list[float], p_reverse: list[float], families: list[str]) -> tuple[list, list]:
+    """Holm within each family over its 2m one-sided p-values (each claim's and its reverse's):
+    the adjusted p of every claim and of its reverse."""
+    adj_for, adj_reverse = [math.nan] * len(p_for), [math.nan] * len(p_for)
     for name in dict.fromkeys(families):
         members = [i for i, f in enumerate(families) if f == name]
         adjusted = holm([p for i in members for p in (p_for[i], p_reverse[i])])
         for k, i in enumerate(members):
-            out[i] = ("replicated" if adjusted[2 * k] < alpha else
-                      "not replicated" if adjusted[2 * k + 1] < alpha else "inconclusive")
-    return out
+            adj_for[i], adj_reverse[i] = adjusted[2 * k], adjusted[2 * k + 1]
+    return adj_for, adj_reverse
+
+
+def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: list[str], alpha: float) -> list[str]:
+    """Both directions of every claim tested and adjusted alike (:func:`symmetric_adjusted`):
+    *replicated* when the claim's adjusted p < α, *not replicated* when the reverse's is, else
+    *inconclusive*. Holm controls the family-wise error over all 2m directional nulls, so the
+    chance of any false verdict of either kind in a family is at most α (``tests/test_claims.py``
+    simulates it)."""
+    adj_for, adj_reverse = symmetric_adjusted(p_for, p_reverse, families)
+    return ["replicated" if a < alpha else "not replicated" if r < alpha else "inconclusive"
+            for a, r in zip(adj_for, adj_reverse)]
 
 
 def _runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]:
@@ -214,12 +274,15 @@ def _deltas_per(claim: dict, runs: list[dict], pool: list[str], key: str,
 
 
 def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop_resumed: bool = False,
-          loaded: dict | None = None) -> Judged:
+          loaded: dict | None = None, partitions: Collection[str] | None = None) -> Judged:
     """Δ of one claim from its runs (glob patterns relative to the claims file's folder). With
     ``interaction: {key, with, without}``, Δ is a difference of differences per partition:
     (method − baseline at key=with) − (method − baseline at key=without); with ``average_over``,
-    the mean over that key's values of method − baseline per partition."""
+    the mean over that key's values of method − baseline per partition. Δ of a partition is the
+    mean over its seeds. ``partitions``: only the runs of these partition labels (a study's look)."""
     runs = _runs(claim, root, loaded)
+    if partitions is not None:
+        runs = [r for r in runs if partition_label(r) in partitions]
     if drop_resumed:  # a sensitivity check: the partitions of resumed runs left out
         runs = [r for r in runs if not r.get("resumed_from")]
     pool = list(claim.get("pool") or [])
@@ -240,6 +303,11 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop
         per = {"": _deltas(claim, runs, pool)}
         deltas = per[""][0]
     used = [r for _, rs in per.values() for r in rs]
+    by_partition: dict[str, list[float]] = {}
+    for (part, _), value in deltas.items():
+        by_partition.setdefault(part, []).append(value)
+    deltas = {part: float(np.mean(values)) for part, values in by_partition.items()}
+    seeds = [len(values) for values in by_partition.values()] or [0]
     if len(deltas) < 2:
         raise SystemExit(f"claim {claim['id']}: {len(deltas)} paired partitions; a verdict needs at least 2")
     d = np.asarray(list(deltas.values()), dtype=float)
@@ -248,12 +316,16 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop
     boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
     resumed = sorted(os.path.relpath(r["_dir"], root) for r in used if r.get("resumed_from"))
     return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p,
-                  p_against(d, claim["relation"], margin), float(np.std(d, ddof=1)), resumed)
+                  p_against(d, claim["relation"], margin), float(np.std(d, ddof=1)), resumed, (min(seeds), max(seeds)))
 
 
-def verdict(j: Judged, alpha: float) -> str:
+def earlier_verdict(j: Judged, p_file: float, alpha: float) -> str:
+    """The rule this module used before the symmetric one, kept to say which verdicts changed:
+    *replicated* when the claim's p Holm-adjusted over every claim of the file (``p_file``) < α,
+    *not replicated* when the unadjusted two-sided (1 − α) t-interval lies wholly on the other
+    side of the bound, *inconclusive* otherwise."""
     relation, margin = j.claim["relation"], float(j.claim.get("margin") or 0.0)
-    if j.p_holm < alpha:
+    if p_file < alpha:
         return "replicated"
     if relation == ">" and j.t_high <= 0 or relation == ">>" and j.t_high <= margin:
         return "not replicated"
@@ -268,24 +340,48 @@ def lenient(metric: str) -> str:
     return metric if rest.startswith("lenient.") else f"{split}.lenient.{rest}"
 
 
-def judge_all(path: Path, scoring: str = "strict", drop_resumed: bool = False,
-              loaded: dict | None = None) -> tuple[dict, list[Judged]]:
-    """Every claim of the file judged by both rules; ``scoring="lenient"`` reads each claim's
-    metric under lenient span rules instead (:func:`lenient`); ``drop_resumed`` leaves out the
-    runs that resumed from a checkpoint (and so their partitions); ``loaded``: see :func:`_runs`."""
+def strict(metric: str) -> str:
+    """The same score under strict span rules: ``test.lenient.micro.f1`` -> ``test.micro.f1``."""
+    split, _, rest = metric.partition(".")
+    return f"{split}.{rest.removeprefix('lenient.')}"
+
+
+def scorer(claim: dict, settings: dict) -> str:
+    """The span scorer of the claim's paper (``papers: {NAME: {scorer: ...}}``; strict if unstated)."""
+    return str(settings["papers"].get(claim["paper"], {}).get("scorer", "strict"))
+
+
+def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None:
+    """Each claim's adjusted p, detectable Δ and verdict by the rule of this module's docstring,
+    within its family (``one_family``: every claim of the file in one family)."""
+    active = [j for j in judged if not j.claim.get("vacuous")]
+    families = ["all claims" if one_family else family(j.claim) for j in active]
+    adj_for, adj_reverse = symmetric_adjusted([j.p for j in active], [j.p_reverse for j in active], families)
+    sizes = Counter(families)
+    for j, a, r, name in zip(active, adj_for, adj_reverse, families):
+        j.p_holm, j.detectable = a, detectable_effect(j.sd, j.n, alpha, 2 * sizes[name])
+        distance = paper_distance(j.claim)
+        j.verdict = ("replicated" if a < alpha else "not replicated" if r < alpha else
+                     "underpowered" if distance is not None and 0 < distance < j.detectable else "inconclusive")
+    for j in judged:
+        if j.claim.get("vacuous"):
+            j.verdict = "vacuous"
+
+
+def judge_all(path: Path, scoring: str = "paper", drop_resumed: bool = False, loaded: dict | None = None,
+              one_family: bool = False) -> tuple[dict, list[Judged]]:
+    """Every claim of the file judged (:func:`decide`). ``scoring``: ``paper`` reads each claim's
+    metric under its paper's scorer (:func:`scorer`), ``other`` under the other one, ``strict``
+    / ``lenient`` every claim so; ``drop_resumed`` leaves out the runs that resumed from a
+    checkpoint (and so their partitions); ``loaded``: see :func:`_runs`."""
     loaded = {} if loaded is None else loaded
     settings, claims = load_claims(path)
-    if scoring == "lenient":
-        claims = [{**c, "metric": lenient(c["metric"])} for c in claims]
+    chosen = {"paper": lambda c: scorer(c, settings), "strict": lambda c: "strict", "lenient": lambda c: "lenient",
+              "other": lambda c: SCORERS[1 - SCORERS.index(scorer(c, settings))]}[scoring]
+    claims = [{**c, "metric": (lenient if chosen(c) == "lenient" else strict)(c["metric"])} for c in claims]
     judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent, drop_resumed,
                     loaded) for c in claims]
-    for j, p in zip(judged, holm([j.p for j in judged])):
-        j.p_holm = p
-        j.verdict = verdict(j, settings["alpha"])
-    symmetric = symmetric_verdicts([j.p for j in judged], [j.p_reverse for j in judged],
-                                   [family(j.claim) for j in judged], settings["alpha"])
-    for j, v in zip(judged, symmetric):
-        j.symmetric = v
+    decide(judged, settings["alpha"], one_family)
     return settings, judged
 
 
@@ -304,39 +400,64 @@ def _difference(claim: dict, name) -> str:
     inter = claim.get("interaction")
     if inter:
         d = f"({d}) at {name(inter['with'])} − at {name(inter['without'])}"
-    return f"{d} ({claim['metric']}, {_relation(claim)})"
+    return f"{d} ({strict(claim['metric'])}, {_relation(claim)})"
+
+
+def _replicates(j: Judged) -> str:
+    low, high = j.seeds
+    return str(j.n) if high == 1 else f"{j.n} × {low}" if low == high else f"{j.n} × {low}–{high}"
+
+
+def _needed(j: Judged, alpha: float, tests: int) -> str:
+    distance = paper_distance(j.claim)
+    if distance is None:
+        return "—"
+    if distance <= 0:
+        return "none (the paper's Δ is not beyond the bound)"
+    n = partitions_needed(distance, j.sd, alpha, tests)
+    return str(n) if n is not None else "> 100000"
 
 
 def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     """The claims table, every verdict computed by the rule in this module's docstring (and with
     ``plots``, the forest plot of every claim's Δ there)."""
-    loaded: dict = {}  # the runs, read once for the three readings of the claims
+    import copy
+
+    loaded: dict = {}  # the runs, read once for every reading of the claims
     settings, judged = judge_all(path, loaded=loaded)
     try:
-        lenient_verdicts = [j.symmetric for j in judge_all(path, "lenient", loaded=loaded)[1]]
+        other = judge_all(path, "other", loaded=loaded)[1]
     except SystemExit:  # runs without lenient scores (results.json written by hand)
-        lenient_verdicts = ["—"] * len(judged)
+        other = None
+    one = [copy.copy(j) for j in judged]
+    decide(one, settings["alpha"], one_family=True)
     if plots is not None:
         forest_plot(judged, settings, plots)
         for spec in settings["figures"]:
             figure(spec, settings, Path(path).parent, plots)
     name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
-    level = round(100 * (1 - settings["alpha"]))
-    head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n", f"mean Δ [t {level}% CI]",
-            f"bootstrap {level}% CI", "p (Holm)", "verdict", "symmetric verdict (family)",
-            f"detectable Δ ({round(100 * POWER)}% power)", "lenient scoring: symmetric verdict"]
-    sizes = Counter(family(j.claim) for j in judged)
+    alpha, level = settings["alpha"], round(100 * (1 - settings["alpha"]))
+    head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n (partitions × seeds)",
+            f"mean Δ [t {level}% CI]", f"bootstrap {level}% CI", "p (Holm in family)", "verdict", "family", "scorer",
+            f"detectable Δ ({round(100 * POWER)}% power)", "paper's Δ", "partitions for the paper's Δ",
+            "verdict, other scorer", "verdict, one family of all claims"]
+    sizes = Counter(family(j.claim) for j in judged if not j.claim.get("vacuous"))
     rows = []
-    for j, lenient_verdict in zip(judged, lenient_verdicts):
+    for k, (j, o) in enumerate(zip(judged, one)):
         c = j.claim
-        mde = detectable_effect(j.sd, j.n, settings["alpha"], 2 * sizes[family(c)])
-        rows.append([str(c["id"]), c["paper"], c["source"], c["statement"],
-                     _difference(c, name), str(j.n),
+        paper = c.get("paper_delta")
+        rows.append([str(c["id"]), c["paper"], c["source"], c["statement"], _difference(c, name), _replicates(j),
                      f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
-                     f"{j.p_holm:.4f}", j.verdict, f"{j.symmetric} ({family(c)})", f"{mde:.3f}", lenient_verdict])
+                     "—" if c.get("vacuous") else f"{j.p_holm:.4f}",
+                     f"{j.verdict}: {c['vacuous']}" if c.get("vacuous") else j.verdict,
+                     family(c), scorer(c, settings), "—" if c.get("vacuous") else f"{j.detectable:.3f}",
+                     "—" if paper is None else f"{float(paper):+.3f}",
+                     "—" if c.get("vacuous") else _needed(j, alpha, 2 * sizes[family(c)]),
+                     "—" if other is None else other[k].verdict, o.verdict])
     resumed = sorted({d for j in judged for d in j.resumed})
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)
             + ". " + _without_resumed(path, judged, loaded)) if resumed else "No run read resumed from a checkpoint."
+    note += " " + _against_earlier_rule(judged, other, settings)
     if fmt == "latex":
         esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
         lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
@@ -346,21 +467,36 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     return "\n".join(out) + f"\n\n{note}"
 
 
+def _against_earlier_rule(judged: list[Judged], other: list[Judged] | None, settings: dict) -> str:
+    """Which verdicts differ from the earlier rule's (:func:`earlier_verdict`, strict scoring)."""
+    if other is None:
+        strict_judged = judged
+    else:
+        strict_judged = [j if scorer(j.claim, settings) == "strict" else o for j, o in zip(judged, other)]
+    p_file = holm([j.p for j in strict_judged])
+    changed = [f"{j.claim['id']} ({before} -> {j.verdict})" for j, s, p in zip(judged, strict_judged, p_file)
+               if (before := earlier_verdict(s, p, settings["alpha"])) != j.verdict]
+    return (f"Against the earlier rule (strict scoring, Holm over all {len(judged)} claims for replicated, an "
+            f"unadjusted interval for not replicated), {len(changed)} of {len(judged)} verdicts differ: "
+            + "; ".join(changed) + ".") if changed else "Every verdict is the earlier rule's."
+
+
 def _without_resumed(path: Path, judged: list[Judged], loaded: dict) -> str:
-    """Which symmetric verdicts change when the resumed runs (and their partitions) are left out."""
+    """Which verdicts change when the resumed runs (and their partitions) are left out."""
     try:
         _, without = judge_all(path, drop_resumed=True, loaded=loaded)
     except SystemExit as err:  # a claim left with fewer than 2 partitions
         return f"Without them, not every claim can be judged ({err})."
-    changed = [f"{j.claim['id']} ({j.symmetric} -> {w.symmetric}, n {j.n} -> {w.n})"
-               for j, w in zip(judged, without) if j.symmetric != w.symmetric]
-    return ("Without them, the symmetric verdicts of " + "; ".join(changed) + " change.") if changed else \
-        "Without them, no symmetric verdict changes."
+    changed = [f"{j.claim['id']} ({j.verdict} -> {w.verdict}, n {j.n} -> {w.n})"
+               for j, w in zip(judged, without) if j.verdict != w.verdict]
+    return ("Without them, the verdicts of " + "; ".join(changed) + " change.") if changed else \
+        "Without them, no verdict changes."
 
 
 LATEX = {"_": "\\_", "%": "\\%", "&": "\\&", "#": "\\#", "≈": "$\\approx$", "≫": "$\\gg$", "±": "$\\pm$",
          "−": "$-$", "–": "--", "Δ": "$\\Delta$", "λ": "$\\lambda$", "γ": "$\\gamma$", "β": "$\\beta$"}
-VERDICT_COLOURS = {"replicated": "tab:green", "not replicated": "tab:red", "inconclusive": "tab:gray"}
+VERDICT_COLOURS = {"replicated": "tab:green", "not replicated": "tab:red", "inconclusive": "tab:gray",
+                   "underpowered": "tab:orange", "vacuous": "tab:purple"}
 
 
 def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:

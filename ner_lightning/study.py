@@ -1,0 +1,204 @@
+"""Studies that run and decide themselves: ``ner-lightning study CLAIMS.yaml [--sequential] [OVERRIDE ...]``.
+
+A claims file (``ner_lightning.report.claims``) whose claims name a ``grid`` instead of ``runs``,
+plus the grids and the study's plan::
+
+    study:
+      partitions: 10                 # reporting partitions 0..9 (first_partition: 0)
+      stages: [4, 7, 10]             # --sequential: partitions judged at each look, fixed before the first run
+      spending: obrien_fleming       # or pocock (Lan-DeMets alpha spending, report/sequential.py)
+    grids:
+      auc2t_vs_ce: [experiment=replication_auc2t, "loss=ce,auc2t", size=50, "init_seed=42,43,44"]
+    claims:
+    - {id: 1, grid: auc2t_vs_ce, key: loss, method: auc2t, baseline: ce, metric: test.micro.f1, relation: ">", ...}
+
+For each look, every grid that an undecided claim reads is run as one multirun
+(``python -m ner_lightning.run -m GRID... partition=0,…,n-1 hydra.sweep.dir=STUDY/GRID`` plus the
+command's overrides, e.g. ``hydra/launcher=parallel``): the sweep's manifest and resume mean that
+only cells without a result of the same identity run, so a study stopped anywhere resumes by
+running the same command. Then the claims are judged on the look's partitions:
+
+* fixed design (default): one look at ``partitions``, the symmetric rule of the claims module
+  (Holm over each family's 2m directions);
+* ``--sequential``: at look k each direction of each claim is tested at the nominal level of a
+  group-sequential boundary spending α / 2m (Bonferroni over the family's 2m directions) by
+  information fraction n_k / n_K; a claim is decided the first time a direction crosses, a grid
+  stops growing when every claim reading it is decided. The family-wise error stays ≤ α.
+
+The plan (α, stages, spending, the claims and grids) is written to ``STUDY/study.json`` before
+the first cell; a later run with another plan is refused — a sequential study is valid only if
+its looks were fixed before its data were seen. Every look's statistics, levels and α spent are
+recorded there and printed with the table.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from ner_lightning.report.claims import Judged, decide, family, judge, load_claims
+from ner_lightning.report.sequential import SPENDING, nominal_levels, spent
+from ner_lightning.results import write_json_atomic
+
+RECORD = "study.json"
+
+
+def plan_of(path: Path, sequential: bool) -> dict:
+    """The study's plan from its claims file, checked: looks (partitions per look), spending, α,
+    and a hash of the claims and grids it judges."""
+    settings, claims = load_claims(path)
+    spec = settings["study"]
+    missing = [c["id"] for c in claims if "grid" not in c]
+    if missing:
+        raise SystemExit(f"{path}: claims {', '.join(map(str, missing))} name no `grid` — a study runs the grids "
+                         "its claims need (`grids:` and `grid:` per claim)")
+    for name, overrides in settings["grids"].items():
+        if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+            raise SystemExit(f"{path}: grids.{name} must be a list of Hydra overrides (key=value strings)")
+        if any(o.split("=", 1)[0].lstrip("+~") == "partition" for o in overrides):
+            raise SystemExit(f"{path}: grids.{name} sets partition — the study sets the partitions of each look")
+    total = int(spec.get("partitions", 10))
+    stages = [int(s) for s in spec.get("stages") or [total]] if sequential else [total]
+    if sequential and (stages[-1] != total or stages[0] < 2 or any(b <= a for a, b in zip(stages, stages[1:]))):
+        raise SystemExit(f"{path}: study.stages {stages} must increase from at least 2 to study.partitions ({total})")
+    if total < 2:
+        raise SystemExit(f"{path}: study.partitions must be at least 2 (a verdict needs 2 paired partitions)")
+    kind = str(spec.get("spending", "obrien_fleming"))
+    if kind not in SPENDING:
+        raise SystemExit(f"{path}: study.spending {kind!r} is not one of {SPENDING}")
+    judged_spec = json.dumps({"claims": claims, "grids": settings["grids"]}, sort_keys=True, ensure_ascii=False)
+    return {"sequential": sequential, "alpha": settings["alpha"], "partitions": total, "stages": stages,
+            "first_partition": int(spec.get("first_partition", 0)), "spending": kind if sequential else None,
+            "claims_sha256": hashlib.sha256(judged_spec.encode()).hexdigest()}
+
+
+def study_dir(path: Path, settings: dict) -> Path:
+    """Where the study's sweeps and record go: ``study.dir`` (relative to the working directory,
+    as ``hydra.sweep.dir`` is), else ``multirun/study/<claims file name>``."""
+    return Path(settings["study"].get("dir") or Path("multirun") / "study" / Path(path).stem)
+
+
+def _partitions_in(folder: Path) -> set[int]:
+    """The partitions of the cells a sweep folder's manifest already holds."""
+    manifest = folder / "manifest.json"
+    if not manifest.exists():
+        return set()
+    return {int(o.split("=", 1)[1]) for cell in json.loads(manifest.read_text())["cells"]
+            for o in cell["overrides"] if o.startswith("partition=")}
+
+
+def launch(grid: str, overrides: list[str], partitions: list[int], folder: Path, extra: list[str]) -> None:
+    """One multirun of ``grid`` over ``partitions`` into ``folder``, resumed if it exists. A
+    rerun of the study reaches its early looks again with later partitions in the folder: they
+    stay in the command (a sweep folder resumes only the grid it holds or a larger one; their
+    cells are done, and the look judges its own partitions only)."""
+    partitions = sorted(set(partitions) | _partitions_in(folder))
+    command = [sys.executable, "-m", "ner_lightning.run", "-m", *overrides,
+               f"partition={','.join(map(str, partitions))}", f"hydra.sweep.dir={folder}", *extra]
+    print(f"study: grid {grid}, partitions {partitions[0]}–{partitions[-1]}: {' '.join(command[3:])}", flush=True)
+    code = subprocess.run(command).returncode
+    if code:
+        raise SystemExit(f"study: the sweep of grid {grid} ({folder}) exited with {code}: its failed cells are "
+                         "named above — fix the cause and run the same study command again (done cells are kept)")
+
+
+def _judge_look(claims: list[dict], settings: dict, folder: Path, partitions: list[int]) -> list[Judged]:
+    labels = {str(p) for p in partitions}
+    loaded: dict = {}
+    return [judge({**c, "runs": [c["grid"]]}, settings["alpha"], settings["resamples"], settings["seed"], folder,
+                  loaded=loaded, partitions=labels) for c in claims]
+
+
+def run_study(path: Path, sequential: bool = False, extra: list[str] | None = None) -> dict:
+    """Run the study of a claims file (this module's docstring); returns its record."""
+    path = Path(path)
+    settings, claims = load_claims(path)
+    plan = plan_of(path, sequential)
+    folder = study_dir(path, settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    record_path = folder / RECORD
+    if record_path.exists():
+        before = json.loads(record_path.read_text())["plan"]
+        if before != plan:
+            changed = ", ".join(k for k in plan if before.get(k) != plan[k])
+            raise SystemExit(f"{record_path}: this study ran with another plan ({changed} differ). A study's looks, "
+                             "claims and α are fixed before its first run; start a new study folder (study.dir)")
+    record = {"claims_file": str(path), "plan": plan, "looks": [], "verdicts": {}}
+    write_json_atomic(record_path, record)
+    alpha, stages, first = plan["alpha"], plan["stages"], plan["first_partition"]
+    sizes = Counter(family(c) for c in claims)
+    open_ids = [str(c["id"]) for c in claims]
+    levels: dict[int, list[float]] = {}
+    for k, n_k in enumerate(stages):
+        partitions = list(range(first, first + n_k))
+        needed = [c for c in claims if str(c["id"]) in open_ids]
+        for grid in dict.fromkeys(c["grid"] for c in needed):
+            launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
+        judged = _judge_look(needed, settings, folder, partitions)
+        look = {"look": k + 1, "partitions": n_k, "claims": {}}
+        if sequential:
+            fraction = n_k / stages[-1]
+            for j in judged:
+                tests = 2 * sizes[family(j.claim)]
+                if tests not in levels:  # the boundary of a family of this size
+                    levels[tests] = nominal_levels([s / stages[-1] for s in stages], alpha / tests, plan["spending"])
+                level = levels[tests][k]
+                decided = ("replicated" if j.p < level else "not replicated" if j.p_reverse < level else None)
+                look["claims"][str(j.claim["id"])] = {
+                    "n": j.n, "seeds": list(j.seeds), "mean": j.mean, "p": j.p, "p_reverse": j.p_reverse,
+                    "level": level, "alpha_spent": tests * spent(fraction, alpha / tests, plan["spending"]),
+                    "decision": decided}
+                if decided or k == len(stages) - 1:
+                    record["verdicts"][str(j.claim["id"])] = {"verdict": decided or "inconclusive", "look": k + 1,
+                                                              "partitions": n_k}
+                    open_ids.remove(str(j.claim["id"]))
+        else:
+            decide(judged, alpha)
+            for j in judged:
+                look["claims"][str(j.claim["id"])] = {"n": j.n, "seeds": list(j.seeds), "mean": j.mean, "p": j.p,
+                                                      "p_reverse": j.p_reverse, "p_holm": j.p_holm}
+                record["verdicts"][str(j.claim["id"])] = {"verdict": j.verdict, "look": 1, "partitions": n_k}
+            open_ids = []
+        record["looks"].append(look)
+        write_json_atomic(record_path, record)
+        if not open_ids:
+            break
+    return record
+
+
+def table(record: dict) -> str:
+    """The study's verdicts, the look each was decided at and the plan, as Markdown."""
+    plan = record["plan"]
+    lines = [f"study of {record['claims_file']}: " + (
+        f"sequential, looks at {plan['stages']} partitions, {plan['spending']} spending of α = {plan['alpha']} "
+        "(Bonferroni over each family's 2m directions)" if plan["sequential"] else
+        f"fixed design, {plan['partitions']} partitions, α = {plan['alpha']} (Holm over each family's 2m directions)"),
+        "", "| claim | verdict | look (partitions) | n (× seeds) | mean Δ | p | p reverse | level | α spent |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for cid, v in record["verdicts"].items():
+        s = record["looks"][v["look"] - 1]["claims"][cid]
+        seeds = s["seeds"][1]
+        lines.append(f"| {cid} | {v['verdict']} | {v['look']} ({v['partitions']}) | {s['n']}"
+                     + (f" × {seeds}" if seeds > 1 else "") + f" | {s['mean']:+.4f} | {s['p']:.4g} | "
+                     f"{s['p_reverse']:.4g} | " + (f"{s['level']:.4g} | {s['alpha_spent']:.4g} |" if "level" in s
+                                                   else f"Holm {s['p_holm']:.4g} | {plan['alpha']} |"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="ner-lightning study", description=__doc__.split("\n\n")[0])
+    ap.add_argument("claims", type=Path, help="a claims file with `grids`, `grid` per claim and a `study` plan")
+    ap.add_argument("--sequential", action="store_true", help="judge at the plan's stages, stop when decided")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every grid (e.g. hydra/launcher=parallel)")
+    args = ap.parse_args(argv)
+    if not args.claims.is_file():
+        raise SystemExit(f"{args.claims}: no such claims file")
+    print(table(run_study(args.claims, args.sequential, args.overrides)))
+
+
+if __name__ == "__main__":
+    main()

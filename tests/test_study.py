@@ -1,0 +1,138 @@
+"""Studies: the group-sequential boundaries against published values, their type-I error by
+simulation, and `ner-lightning study` on a toy claims file (tiny encoder, toy corpus)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from ner_lightning.report.sequential import boundaries, nominal_levels, spent
+
+
+def test_boundaries_are_the_published_lan_demets_values():
+    """One-sided α = 0.025 (gsDesign's sfLDOF / sfLDPocock, Jennison & Turnbull Table 2.x):
+    O'Brien–Fleming type at 2 and 3 equally spaced looks, Pocock type at 2; the first boundary
+    by hand from the spending function; every function spends exactly α by the end."""
+    assert boundaries([0.5, 1], 0.025) == pytest.approx([2.9626, 1.9686], abs=2e-4)
+    assert boundaries([1 / 3, 2 / 3, 1], 0.025) == pytest.approx([3.7103, 2.5114, 1.9930], abs=2e-4)
+    assert boundaries([0.5, 1], 0.025, "pocock") == pytest.approx([2.1570, 2.2010], abs=2e-4)
+    by_hand = stats.norm.isf(2 - 2 * stats.norm.cdf(stats.norm.isf(0.025 / 2) / np.sqrt(0.4)))
+    assert boundaries([0.4, 1], 0.025)[0] == pytest.approx(by_hand)
+    assert spent(1.0, 0.05) == pytest.approx(0.05) and spent(1.0, 0.05, "pocock") == pytest.approx(0.05)
+    assert boundaries([1.0], 0.05) == pytest.approx([stats.norm.isf(0.05)])
+    with pytest.raises(ValueError, match="must increase to 1"):
+        boundaries([0.5, 0.4, 1], 0.05)
+
+
+def test_the_sequential_t_test_keeps_its_type_one_error_and_naive_peeking_does_not():
+    """2,000 simulated studies under H0 (paired Δ normal, mean 0), looks at 4, 7 and 10
+    partitions: rejecting the first time a look's one-sided t-test p falls below its O'Brien–Fleming
+    nominal level rejects in ≤ α + 3 SE of studies; testing each look at α (optional stopping)
+    rejects in clearly more."""
+    alpha, stages, studies = 0.05, [4, 7, 10], 2000
+    levels = nominal_levels([s / stages[-1] for s in stages], alpha)
+    d = np.random.default_rng(7).normal(0.0, 0.024, size=(studies, stages[-1]))
+    p = np.stack([stats.ttest_1samp(d[:, :n], 0.0, axis=1, alternative="greater").pvalue for n in stages], axis=1)
+    sequential = float(np.mean((p < np.asarray(levels)).any(axis=1)))
+    naive = float(np.mean((p < alpha).any(axis=1)))
+    se = np.sqrt(alpha * (1 - alpha) / studies)
+    assert sequential <= alpha + 3 * se, sequential
+    assert naive > alpha + 3 * se, naive
+
+
+TOY = ["dataset.name=toy", "dataset.dir=${paths.data_dir}/toy", "size=8", "debug=tiny", "data.dev_size=null",
+       "trainer=cpu", "trainer.max_epochs=1", "trainer.min_epochs=1"]
+
+
+def _claims_file(tmp_path, stages):
+    """Two grids: `lr` whose claim is a large, certain effect (the head learning rate each run
+    records, 0.1 against 0.001) and `loss` whose claim is null (ce and focal train on the same
+    sentences: the training-set token count differs by exactly 0)."""
+    claim = {"paper": "toy", "source": "-", "relation": ">"}
+    spec = {"alpha": 0.05, "resamples": 100,
+            "study": {"dir": str(tmp_path / "study"), "partitions": stages[-1], "stages": stages},
+            "grids": {"lr": ["head_lr=0.001,0.1", *TOY], "loss": ["loss=ce,focal", *TOY]},
+            "claims": [{**claim, "id": "large", "statement": "a higher head lr is recorded", "grid": "lr",
+                        "key": "head_lr", "method": 0.1, "baseline": 0.001, "metric": "compute.head_lr"},
+                       {**claim, "id": "null", "statement": "focal trains on more tokens", "grid": "loss",
+                        "key": "loss", "method": "focal", "baseline": "ce", "metric": "training_set.after.tokens"}]}
+    path = tmp_path / "toy_claims.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True))
+    return path
+
+
+def _run(args, cwd, data_dir, module="ner_lightning.run"):
+    env = dict(os.environ, NER_DATA_DIR=str(data_dir), WANDB_MODE="offline", WANDB_SILENT="true",
+               HYDRA_FULL_ERROR="0", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def _results(folder):
+    return {p.parent.name: p.stat().st_mtime_ns for p in folder.glob("*/results.json")}
+
+
+@pytest.mark.slow  # four multiruns of the tiny encoder, then three again
+def test_a_sequential_study_runs_only_missing_cells_stops_when_decided_and_resumes(toy_data_dir, tmp_path):
+    """`ner-lightning study --sequential` with looks at 2 and 3 partitions: a cell run before by
+    hand is kept; the large effect is decided at look 1 (its grid never grows past 2 partitions),
+    the null one runs every look and ends inconclusive. A cell lost to an interruption is the only
+    one the same command runs again (at look 1: a rerun keeps the grid the folder holds); another
+    plan for the same folder is refused."""
+    path = _claims_file(tmp_path, [2, 3])
+    study = tmp_path / "study"
+    before = _run(["-m", "loss=ce", *TOY, "partition=0", f"hydra.sweep.dir={study / 'loss'}"], tmp_path,
+                  toy_data_dir)
+    assert before.returncode == 0, before.stderr[-3000:]
+    (kept,) = _results(study / "loss").items()
+
+    proc = _run(["study", str(path), "--sequential"], tmp_path, toy_data_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "4 cells — 0 done, 4 to run" in out and "4 cells — 1 done, 3 to run" in out  # look 1: lr, loss
+    assert "6 cells — 4 done, 2 to run" in out  # look 2 adds partition 2 of the null claim's grid only
+    loss, lr = _results(study / "loss"), _results(study / "lr")
+    assert len(loss) == 6 and loss[kept[0]] == kept[1]  # the hand-run cell was not run again
+    assert len(lr) == 4 and all("partition=2" not in name for name in lr)  # stopped at look 1
+    record = json.loads((study / "study.json").read_text())
+    assert record["verdicts"] == {"large": {"verdict": "replicated", "look": 1, "partitions": 2},
+                                  "null": {"verdict": "inconclusive", "look": 2, "partitions": 3}}
+    look1 = record["looks"][0]["claims"]["large"]
+    assert look1["level"] == pytest.approx(nominal_levels([2 / 3, 1], 0.05 / 4)[0])
+    assert look1["alpha_spent"] == pytest.approx(4 * spent(2 / 3, 0.05 / 4))
+    assert "| large | replicated | 1 (2) |" in proc.stdout and "| null | inconclusive | 2 (3) |" in proc.stdout
+
+    lost = next(name for name in loss if "partition=1" in name)  # a cell interrupted before its result
+    (study / "loss" / lost / "results.json").unlink()
+    again = _run(["study", str(path), "--sequential"], tmp_path, toy_data_dir)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    out = again.stdout + again.stderr
+    assert "6 cells — 5 done, 1 to run" in out and "6 cells — 6 done, 0 to run" in out
+    after = _results(study / "loss")
+    assert {k for k in after if after[k] != loss.get(k)} == {lost} and _results(study / "lr") == lr
+    assert json.loads((study / "study.json").read_text())["verdicts"] == record["verdicts"]
+
+    _claims_file(tmp_path, [2, 4])  # growing the study after looking: refused
+    refused = _run(["study", str(path), "--sequential"], tmp_path, toy_data_dir)
+    assert refused.returncode != 0 and "ran with another plan (partitions, stages" in refused.stderr
+
+
+def test_a_study_plan_is_checked_before_anything_runs(tmp_path):
+    from ner_lightning.study import plan_of
+
+    path = _claims_file(tmp_path, [2, 3])
+    spec = yaml.safe_load(path.read_text())
+    assert plan_of(path, True)["stages"] == [2, 3] and plan_of(path, False)["stages"] == [3]
+    for change, message in (({"study": {**spec["study"], "stages": [3, 2]}}, "must increase"),
+                            ({"grids": {**spec["grids"], "lr": ["partition=0,1"]}}, "sets partition"),
+                            ({"study": {**spec["study"], "spending": "linear"}}, "is not one of")):
+        path.write_text(yaml.safe_dump({**spec, **change}, allow_unicode=True))
+        with pytest.raises(SystemExit, match=message):
+            plan_of(path, True)
+    path.write_text(yaml.safe_dump({**spec, "claims": [{**spec["claims"][0], "grid": "nope"}]}, allow_unicode=True))
+    with pytest.raises(SystemExit, match="grid 'nope' is not one of the file's grids"):
+        plan_of(path, True)
