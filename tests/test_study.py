@@ -136,3 +136,60 @@ def test_a_study_plan_is_checked_before_anything_runs(tmp_path):
     path.write_text(yaml.safe_dump({**spec, "claims": [{**spec["claims"][0], "grid": "nope"}]}, allow_unicode=True))
     with pytest.raises(SystemExit, match="grid 'nope' is not one of the file's grids"):
         plan_of(path, True)
+
+
+def _write(folder, loss, partition, f1):
+    """A hand-made cell result (as tests/test_claims.py writes them)."""
+    d = folder / f"{loss}_{partition}"
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps({
+        "overrides": [f"loss={loss}", "size=20", f"partition={partition}"],
+        "config": {"size": 20, "partition": partition, "seed": 42, "dataset": {"name": "toy"},
+                   "data": {"label_scheme": "untyped"}},
+        "partition": {"sha256": f"p{partition}", "partition": partition}, "compute": {"init_seed": 42},
+        "test": {"micro": {"f1": f1}}, "wall_time_s": 1.0, "resumed_from": None}))
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_study_decisions_on_hand_made_results(tmp_path, monkeypatch, sequential):
+    """Launching stubbed (the cells are written by hand): sequentially, a large effect is decided
+    at the first look and only the null grid is launched again; the fixed design launches each grid
+    once over all partitions and gives the claims rule's verdicts."""
+    from ner_lightning import study
+    from ner_lightning.report.claims import symmetric_verdicts
+
+    rng = np.random.default_rng(3)
+    large = 0.5 + 0.1 + rng.normal(0, 0.001, 6)  # t ≈ 170 at 3 partitions: below even the first O-F level
+    null = 0.5 + rng.normal(0, 0.02, 6)
+    for p in range(6):
+        for grid, method in (("big", large[p]), ("same", null[p])):
+            _write(tmp_path / "study" / grid, "ce", p, 0.5)
+            _write(tmp_path / "study" / grid, "m", p, method)
+    claim = {"paper": "toy", "source": "-", "statement": "m > ce", "key": "loss", "method": "m", "baseline": "ce",
+             "metric": "test.micro.f1", "relation": ">"}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({
+        "resamples": 100, "study": {"dir": str(tmp_path / "study"), "partitions": 6, "stages": [3, 6]},
+        "grids": {"big": ["loss=ce,m"], "same": ["loss=ce,m"]},
+        "claims": [{**claim, "id": "big", "grid": "big"}, {**claim, "id": "same", "grid": "same"}]}))
+    launched = []
+    monkeypatch.setattr(study, "launch", lambda grid, overrides, partitions, folder, extra:
+                        launched.append((grid, partitions[-1] + 1)))
+    record = study.run_study(path, sequential)
+    if sequential:
+        assert launched == [("big", 3), ("same", 3), ("same", 6)]
+        assert record["verdicts"]["big"] == {"verdict": "replicated", "look": 1, "partitions": 3}
+        assert record["verdicts"]["same"]["look"] == 2
+        level = nominal_levels([0.5, 1.0], 0.05 / 4)[1]
+        last = record["looks"][1]["claims"]["same"]
+        expected = ("replicated" if last["p"] < level else "not replicated" if last["p_reverse"] < level
+                    else "inconclusive")
+        assert record["verdicts"]["same"]["verdict"] == expected
+        assert last["p"] == pytest.approx(stats.ttest_1samp(null - 0.5, 0.0, alternative="greater").pvalue)
+    else:
+        assert launched == [("big", 6), ("same", 6)]
+        looks = record["looks"][0]["claims"]
+        rule = symmetric_verdicts([looks[c]["p"] for c in ("big", "same")],
+                                  [looks[c]["p_reverse"] for c in ("big", "same")], ["toy", "toy"], 0.05)
+        assert [record["verdicts"][c]["verdict"] for c in ("big", "same")] == rule and rule[0] == "replicated"
+    assert "| big | replicated |" in study.table(record)
