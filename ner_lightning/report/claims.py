@@ -531,7 +531,8 @@ def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
     handles = [Line2D([], [], color=col, lw=2.5, label=v) for v, col in VERDICT_COLOURS.items()]
     handles += [Line2D([], [], color="black", marker="|", ls="", ms=7, label="claimed margin (≫ / ≈)")]
     ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(f"claims: mean Δ, paired t {level}% CI (thick), bootstrap {level}% CI (thin)", fontsize=8)
+    ax.set_title(f"claims (each under its paper's scorer): mean Δ, paired t {level}% CI (thick), "
+                 f"bootstrap {level}% CI (thin)", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, Path(out), "claims_forest")
 
