@@ -23,7 +23,9 @@ running the same command. Then the claims are judged on the look's partitions:
 * ``--sequential``: at look k each direction of each claim is tested at the nominal level of a
   group-sequential boundary spending α / 2m (Bonferroni over the family's 2m directions) by
   information fraction n_k / n_K; a claim is decided the first time a direction crosses, a grid
-  stops growing when every claim reading it is decided. The family-wise error stays ≤ α.
+  stops growing when every claim reading it is decided. The family-wise error stays ≤ α. A
+  claim undecided at the last look is *underpowered* when its ``paper_delta`` lies beyond its
+  bound by less than the effect the last look detects with 80 % power at its level.
 
 The plan (α, stages, spending, the claims and grids) is written to ``STUDY/study.json`` before
 the first cell; a later run with another plan is refused — a sequential study is valid only if
@@ -40,7 +42,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ner_lightning.report.claims import Judged, decide, family, judge, load_claims
+from ner_lightning.report.claims import Judged, decide, detectable_effect, family, judge, load_claims, paper_distance
 from ner_lightning.report.sequential import SPENDING, nominal_levels, spent
 from ner_lightning.results import write_json_atomic
 
@@ -153,8 +155,11 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
                     "level": level, "alpha_spent": tests * spent(fraction, alpha / tests, plan["spending"]),
                     "decision": decided}
                 if decided or k == len(stages) - 1:
-                    record["verdicts"][str(j.claim["id"])] = {"verdict": decided or "inconclusive", "look": k + 1,
-                                                              "partitions": n_k}
+                    distance = paper_distance(j.claim)  # undecided at the last look: could it have seen the paper's Δ?
+                    weak = distance is not None and 0 < distance < detectable_effect(j.sd, j.n, level, 1)
+                    record["verdicts"][str(j.claim["id"])] = {
+                        "verdict": decided or ("underpowered" if weak else "inconclusive"), "look": k + 1,
+                        "partitions": n_k}
                     open_ids.remove(str(j.claim["id"]))
         else:
             decide(judged, alpha)
