@@ -235,6 +235,9 @@ def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: lis
 def _runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]:
     """The runs a claim or figure reads: its ``runs`` glob patterns under ``root``, filtered by
     ``where``. ``loaded``: folders already read (one table's claims share their sweeps)."""
+    if "runs" not in spec:
+        raise SystemExit(f"claim {spec.get('id')}: it names grid {spec.get('grid')!r}, not runs — a study file: "
+                         "judge it with `ner-lightning study FILE`")
     folders = [match for pattern in spec["runs"] for match in run_store.glob(root, pattern)]
     if not folders:
         raise SystemExit(f"{spec.get('id', spec.get('name'))}: no folder matches {spec['runs']} under {root}")
