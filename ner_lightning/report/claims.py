@@ -56,6 +56,7 @@ of ``runs``): ``ner-lightning study FILE`` then runs them and judges (``ner_ligh
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections import Counter
@@ -424,8 +425,6 @@ def _needed(j: Judged, alpha: float, tests: int) -> str:
 def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     """The claims table, every verdict computed by the rule in this module's docstring (and with
     ``plots``, the forest plot of every claim's Δ there)."""
-    import copy
-
     loaded: dict = {}  # the runs, read once for every reading of the claims
     settings, judged = judge_all(path, loaded=loaded)
     try:
