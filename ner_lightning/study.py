@@ -45,6 +45,7 @@ from pathlib import Path
 from ner_lightning.report.claims import Judged, decide, detectable_effect, family, judge, load_claims, paper_distance
 from ner_lightning.report.sequential import SPENDING, nominal_levels, spent
 from ner_lightning.results import write_json_atomic
+from ner_lightning.sweep import cells
 
 RECORD = "study.json"
 
@@ -86,11 +87,9 @@ def study_dir(path: Path, settings: dict) -> Path:
 
 def _partitions_in(folder: Path) -> set[int]:
     """The partitions of the cells a sweep folder's manifest already holds."""
-    manifest = folder / "manifest.json"
-    if not manifest.exists():
-        return set()
-    return {int(o.split("=", 1)[1]) for cell in json.loads(manifest.read_text())["cells"]
-            for o in cell["overrides"] if o.startswith("partition=")}
+    manifest = cells.read_manifest(folder) or {"cells": []}
+    return {int(o.split("=", 1)[1]) for cell in manifest["cells"] for o in cell["overrides"]
+            if o.startswith("partition=")}
 
 
 def launch(grid: str, overrides: list[str], partitions: list[int], folder: Path, extra: list[str]) -> None:
@@ -132,8 +131,8 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     record = {"claims_file": str(path), "plan": plan, "looks": [], "verdicts": {}}
     write_json_atomic(record_path, record)
     alpha, stages, first = plan["alpha"], plan["stages"], plan["first_partition"]
-    sizes = Counter(family(c) for c in claims)
-    open_ids = [str(c["id"]) for c in claims]
+    sizes = Counter(family(c) for c in claims if not c.get("vacuous"))  # as decide() counts a family
+    open_ids = [str(c["id"]) for c in claims if not c.get("vacuous")]  # a vacuous claim is not judged
     levels: dict[int, list[float]] = {}
     for k, n_k in enumerate(stages):
         partitions = list(range(first, first + n_k))
