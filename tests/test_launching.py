@@ -5,7 +5,6 @@ import multiprocessing as mp
 import os
 import re
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -14,26 +13,28 @@ from omegaconf import OmegaConf
 
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
+from tests.slot_holder import hold_slot
+
+# A bound on waiting for a spawned worker: generous, since a loaded machine (a grid beside the
+# tests) slows process start-up many times; a correct run answers within seconds.
+WORKER_WAIT_S = 300
 
 
-def _hold_slot(lock_dir, n, queue, release_file):
-    slot = devices.claim_slot(lock_dir, n)
-    again = devices.claim_slot(lock_dir, n)  # a reused (loky) worker keeps its slot
-    queue.put((os.getpid(), slot, again))
-    deadline = time.monotonic() + 600  # hold the slot (as a live worker does) until released; a bound
-    while not os.path.exists(release_file) and time.monotonic() < deadline:  # only for a test gone wrong
-        time.sleep(0.05)
-
-
-@pytest.mark.slow  # four spawned processes importing the package
+@pytest.mark.slow  # four spawned processes
 def test_concurrent_workers_claim_distinct_slots_and_a_dead_workers_slot_is_reused(tmp_path):
     ctx = mp.get_context("spawn")
-    queue, release = ctx.Queue(), str(tmp_path / "release")
-    slots = tmp_path / "slots"
-    procs = [ctx.Process(target=_hold_slot, args=(slots, 3, queue, release)) for _ in range(3)]
-    for p in procs:
-        p.start()
-    got = [queue.get(timeout=60) for _ in procs]
+    release, slots = str(tmp_path / "release"), tmp_path / "slots"
+
+    def start():
+        # one queue per worker: a worker killed right after its put may die holding its queue's
+        # write lock, which would block every later writer of a shared queue
+        queue = ctx.Queue()
+        proc = ctx.Process(target=hold_slot, args=(slots, 3, queue, release), daemon=True)  # a failed test exits
+        proc.start()
+        return proc, queue
+
+    workers = [start() for _ in range(3)]
+    got = [queue.get(timeout=WORKER_WAIT_S) for _, queue in workers]
     assert sorted(slot for _, slot, _ in got) == [0, 1, 2]
     assert all(slot == again for _, slot, again in got)
     # all 3 held: a 4th live worker is an error, not a silent double booking
@@ -42,15 +43,14 @@ def test_concurrent_workers_claim_distinct_slots_and_a_dead_workers_slot_is_reus
     assert all(str(pid) in str(held.value) for pid, _, _ in got)  # the holders, to find a leftover worker
     # the worker holding slot 1 dies (loky replaces it): its replacement gets slot 1
     pid_of_slot1 = next(pid for pid, slot, _ in got if slot == 1)
-    victim = next(p for p in procs if p.pid == pid_of_slot1)
+    victim = next(proc for proc, _ in workers if proc.pid == pid_of_slot1)
     victim.kill()
     victim.join()
-    late = ctx.Process(target=_hold_slot, args=(slots, 3, queue, release))
-    late.start()
-    assert queue.get(timeout=60)[1] == 1
+    late, late_queue = start()
+    assert late_queue.get(timeout=WORKER_WAIT_S)[1] == 1
     Path(release).touch()
-    for p in procs + [late]:
-        p.join(30)
+    for proc in [proc for proc, _ in workers] + [late]:
+        proc.join(30)
 
 
 @pytest.mark.parametrize("n_gpus,n_jobs,expected", [
