@@ -29,7 +29,7 @@ def test_concurrent_workers_claim_distinct_slots_and_a_dead_workers_slot_is_reus
         # one queue per worker: a worker killed right after its put may die holding its queue's
         # write lock, which would block every later writer of a shared queue
         queue = ctx.Queue()
-        proc = ctx.Process(target=hold_slot, args=(slots, 3, queue, release), daemon=True)  # a failed test exits
+        proc = ctx.Process(target=hold_slot, args=(slots, 3, queue, release), daemon=True)  # daemonic: a failing test does not wait on them at exit
         proc.start()
         return proc, queue
 
