@@ -172,6 +172,47 @@ def test_seeds_are_averaged_within_each_partition_and_partitions_are_the_replica
     assert "| 6 × 2 |" in claims_table(path)
 
 
+def test_only_prints_some_rows_judged_with_the_whole_family_and_update_rewrites_a_documents_tables(tmp_path, capsys):
+    """--only keeps the named claims' rows exactly as in the full table (their family's Holm
+    adjustment unchanged); --update rewrites each block of that claims file, leaves another
+    file's block alone, and refuses a block that never ends."""
+    from ner_lightning.report.claims import claims_table, selected, update_tables
+
+    runs = tmp_path / "runs"
+    for p in range(len(D)):
+        _write(runs, f"ce{p}", "ce", p, 0.5)
+        _write(runs, f"m{p}", "m", p, 0.5 + D[p] + 0.02)
+        _write(runs, f"w{p}", "w", p, 0.5 - D[p] - 0.02)
+    claim = {"paper": "P", "source": "S", "runs": ["runs"], "key": "loss", "baseline": "ce",
+             "metric": "test.micro.f1", "relation": ">"}
+    claims = [{**claim, "id": "1a (x)", "statement": "m > CE", "method": "m"},
+              {**claim, "id": "1b (x)", "statement": "w > CE", "method": "w"},
+              {**claim, "id": "2 (x)", "statement": "m > CE again", "method": "m"}]
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": claims}, allow_unicode=True))
+    assert [selected(c["id"], ["1"]) for c in claims] == [True, True, False]
+    assert [selected(c["id"], ["1b", "2"]) for c in claims] == [False, True, True]
+    full = claims_table(path).split("\n\n")[0].splitlines()
+    main(["--claims", str(path), "--only", "2,1b"])
+    only = capsys.readouterr().out.strip().splitlines()
+    assert only == full[:2] + [full[3], full[4]]  # header, then rows 1b and 2 as the full table has them
+    with pytest.raises(SystemExit, match="no claim 9"):
+        main(["--claims", str(path), "--only", "9"])
+    doc = tmp_path / "page.md"
+    stale = "| stale |"
+    doc.write_text(f"# Page\n<!-- claims table: claims.yaml -->\n{stale}\n<!-- end claims table -->\ntext\n"
+                   f"<!-- claims table: claims.yaml only=2 -->\n<!-- end claims table -->\n"
+                   f"<!-- claims table: other.yaml -->\n{stale}\n<!-- end claims table -->\n")
+    assert update_tables(doc, path) == 2
+    text = doc.read_text()
+    assert f"<!-- claims table: claims.yaml -->\n{claims_table(path)}\n<!-- end claims table -->\ntext\n" in text
+    assert f"only=2 -->\n{claims_table(path, only=['2'])}\n<!-- end claims table -->" in text
+    assert text.count(stale) == 1 and text.startswith("# Page\n")  # other.yaml's block is left alone
+    doc.write_text("<!-- claims table: claims.yaml only=2 -->\n| rows |\n")
+    with pytest.raises(SystemExit, match="1 claims tables of claims.yaml open but 0 close"):
+        update_tables(doc, path)
+
+
 def test_a_paper_effect_below_the_detectable_one_is_underpowered_and_a_vacuous_claim_is_left_out(tmp_path):
     """An inconclusive claim whose paper Δ lies below the detectable Δ is underpowered; with a
     paper Δ above it, it stays inconclusive; a vacuous claim gets no verdict and leaves its family's
@@ -228,15 +269,21 @@ def test_an_interval_across_zero_is_inconclusive_and_unpaired_settings_are_refus
 @pytest.mark.parametrize("doc, claims", [("replication.md", "claims.yaml"), ("claims.md", "claims_budget.yaml")])
 def test_the_committed_claims_table_is_the_commands_output(doc, claims):
     """Each committed claims table is exactly what --claims prints for the committed runs
-    (replication.md's whole family; claims.md's budget check)."""
+    (replication.md's whole family and its sections' --only rows; claims.md's budget check)."""
     from ner_lightning.config import REPO_ROOT
-    from ner_lightning.report.claims import claims_table
+    from ner_lightning.report.claims import claims_table, selected, table_blocks
 
     text = (REPO_ROOT / "docs" / "results" / doc).read_text()
-    marker = f"<!-- claims table: {claims} -->"
-    assert marker in text, f"{doc} has no {marker} block"
-    committed = text.split(marker + "\n", 1)[1].split("\n<!-- end claims table -->", 1)[0]
-    assert committed == claims_table(REPO_ROOT / "docs" / "results" / claims)
+    blocks = table_blocks(text, claims)
+    assert blocks and blocks[0][0] is None, f"{doc} has no full claims table of {claims}"
+    table = claims_table(REPO_ROOT / "docs" / "results" / claims)
+    lines = table.split("\n\n")[0].splitlines()
+    head, rows = lines[:2], lines[2:]
+    for only, committed in blocks:  # a section's rows (--only) are the full table's rows
+        if only is None:
+            assert committed == table
+        else:
+            assert committed.splitlines() == head + [r for r in rows if selected(r.split(" | ")[0][2:], only)]
 
 
 def test_an_interaction_is_the_difference_of_the_paired_differences(tmp_path):

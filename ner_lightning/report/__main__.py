@@ -47,6 +47,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("dirs", nargs="*", type=Path, help="sweep folders or their exports (not with --claims)")
     ap.add_argument("--claims", type=Path, metavar="FILE", help="judge the claims of a YAML file by the rule of "
                     "ner_lightning/report/claims.py and print the claims table (--format md or latex)")
+    ap.add_argument("--only", metavar="ID[,ID]", type=lambda s: s.split(","),
+                    help="with --claims: print just these claims' rows (an id's first word, e.g. 6a, or its number, "
+                    "6 for 6a-6c), each judged with its whole family")
+    ap.add_argument("--update", type=Path, metavar="DOC", action="append",
+                    help="with --claims: rewrite the claims tables of this Markdown file in place (blocks "
+                    "'<!-- claims table: FILE[ only=ID,ID] -->' ... '<!-- end claims table -->'); repeatable")
     ap.add_argument("--by", default="loss,size", help="comma-separated config keys that define a row")
     ap.add_argument("--metrics", default="test.micro.f1,test.macro.f1")
     ap.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparisons against this row, e.g. loss=ce")
@@ -90,9 +96,12 @@ def _refuse_guesses(runs: list[dict], by: list[str], metrics: list[str], pool: l
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.claims:
-        from ner_lightning.report.claims import claims_table
+        from ner_lightning.report.claims import claims_table, update_tables
 
-        print(claims_table(args.claims, "latex" if args.format == "latex" else "md", args.plots))
+        for doc in args.update or []:
+            print(f"{doc}: {update_tables(doc, args.claims)} claims tables of {args.claims.name} rewritten")
+        if not args.update:
+            print(claims_table(args.claims, "latex" if args.format == "latex" else "md", args.plots, args.only))
         return
     if not args.dirs:
         raise SystemExit("give the sweep folders to report on (or --claims FILE)")

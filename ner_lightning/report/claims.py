@@ -59,6 +59,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -422,9 +423,71 @@ def _needed(j: Judged, alpha: float, tests: int) -> str:
     return str(n) if n is not None else "> 100000"
 
 
-def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
+def claims_table(path: Path, fmt: str = "md", plots: Path | None = None, only: Collection[str] | None = None) -> str:
     """The claims table, every verdict computed by the rule in this module's docstring (and with
-    ``plots``, the forest plot of every claim's Δ there)."""
+    ``plots``, the forest plot of every claim's Δ there). With ``only``, just the rows of those
+    claims (:func:`selected`), judged with their whole families, without the notes."""
+    head, rows, note = _table(path, plots)
+    return _render(head, rows, note, fmt, only)
+
+
+def selected(claim_id: str, only: Collection[str]) -> bool:
+    """Whether ``--only`` names a claim: by its id's first word ("6a" for "6a (20)") or that word's
+    number ("6" for 6a, 6b and 6c)."""
+    word = str(claim_id).split()[0]
+    return word in only or word.rstrip("abcdefghijklmnopqrstuvwxyz") in only
+
+
+BLOCK = re.compile(r"<!-- claims table: (?P<file>\S+?)(?: only=(?P<only>\S+))? -->\n"
+                   r"(?:(?P<body>(?:(?!<!-- (?:end )?claims table).)*?)\n)?<!-- end claims table -->", re.S)
+
+
+def table_blocks(text: str, claims_file: str) -> list[tuple[list[str] | None, str]]:
+    """The claims tables a document holds for ``claims_file`` (a file name beside the document):
+    ``<!-- claims table: FILE[ only=ID,ID] -->`` … ``<!-- end claims table -->``, each as (only, body)."""
+    blocks = [(m["only"].split(",") if m["only"] else None, m["body"] or "")
+              for m in BLOCK.finditer(text) if m["file"] == claims_file]
+    opened = len(re.findall(rf"<!-- claims table: {re.escape(claims_file)}[ -]", text))
+    if opened != len(blocks):
+        raise SystemExit(f"{opened} claims tables of {claims_file} open but {len(blocks)} close with "
+                         "'<!-- end claims table -->': end each block before the next one starts")
+    return blocks
+
+
+def update_tables(doc: Path, claims: Path) -> int:
+    """Rewrite every claims table of ``claims`` in ``doc`` (:func:`table_blocks`) with what the
+    command prints now (the claims judged once); returns how many there were."""
+    head, rows, note = _table(claims, None)
+
+    def block(m: re.Match) -> str:
+        if m["file"] != Path(claims).name:
+            return m[0]
+        only = m["only"].split(",") if m["only"] else None
+        return m[0].split("\n", 1)[0] + "\n" + _render(head, rows, note, "md", only) + "\n<!-- end claims table -->"
+
+    text = Path(doc).read_text()
+    count = len(table_blocks(text, Path(claims).name))
+    Path(doc).write_text(BLOCK.sub(block, text))
+    return count
+
+
+def _render(head: list[str], rows: list[list[str]], note: str, fmt: str, only: Collection[str] | None) -> str:
+    if only is not None:
+        unknown = [o for o in only if not any(selected(r[0], [o]) for r in rows)]
+        if unknown:
+            raise SystemExit(f"--only {','.join(only)}: no claim {', '.join(unknown)} in the claims file")
+        rows, note = [r for r in rows if selected(r[0], only)], ""
+    if fmt == "latex":
+        esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
+        lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
+                 "\\midrule"] + [" & ".join(map(esc, r)) + " \\\\" for r in rows] + ["\\bottomrule", "\\end{tabular}"]
+        return "\n".join(lines) + (f"\n% {note}" if note else "")
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + (f"\n\n{note}" if note else "")
+
+
+def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], str]:
+    """The claims table's header, rows and note (resumed runs, the earlier rule)."""
     loaded: dict = {}  # the runs, read once for every reading of the claims
     settings, judged = judge_all(path, loaded=loaded)
     try:
@@ -460,13 +523,7 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None) -> str:
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)
             + ". " + _without_resumed(path, judged, loaded)) if resumed else "No run read resumed from a checkpoint."
     note += " " + _against_earlier_rule(judged, other, settings)
-    if fmt == "latex":
-        esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
-        lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
-                 "\\midrule"] + [" & ".join(map(esc, r)) + " \\\\" for r in rows] + ["\\bottomrule", "\\end{tabular}"]
-        return "\n".join(lines) + f"\n% {note}"
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out) + f"\n\n{note}"
+    return head, rows, note
 
 
 def _against_earlier_rule(judged: list[Judged], other: list[Judged] | None, settings: dict) -> str:
