@@ -42,7 +42,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ner_lightning.report.claims import Judged, decide, detectable_effect, family, judge, load_claims, paper_distance
+from ner_lightning.report.claims import (Judged, decide, detectable_effect, family, judge, load_claims, paper_distance,
+                                         verdict)
 from ner_lightning.report.sequential import SPENDING, nominal_levels, spent
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
@@ -148,7 +149,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
                 if tests not in levels:  # the boundary of a family of this size
                     levels[tests] = nominal_levels([s / stages[-1] for s in stages], alpha / tests, plan["spending"])
                 level = levels[tests][k]
-                decided = ("replicated" if j.p < level else "not replicated" if j.p_reverse < level else None)
+                decided = None if (v := verdict(j.p, j.p_reverse, level)) == "inconclusive" else v
                 look["claims"][str(j.claim["id"])] = {
                     "n": j.n, "seeds": list(j.seeds), "mean": j.mean, "p": j.p, "p_reverse": j.p_reverse,
                     "level": level, "alpha_spent": tests * spent(fraction, alpha / tests, plan["spending"]),
@@ -157,8 +158,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
                     distance = paper_distance(j.claim)  # undecided at the last look: could it have seen the paper's Δ?
                     weak = distance is not None and 0 < distance < detectable_effect(j.sd, j.n, level, 1)
                     record["verdicts"][str(j.claim["id"])] = {
-                        "verdict": decided or ("underpowered" if weak else "inconclusive"), "look": k + 1,
-                        "partitions": n_k}
+                        "verdict": verdict(j.p, j.p_reverse, level, weak), "look": k + 1, "partitions": n_k}
                     open_ids.remove(str(j.claim["id"]))
         else:
             decide(judged, alpha)

@@ -230,8 +230,18 @@ def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: lis
     chance of any false verdict of either kind in a family is at most α (``tests/test_claims.py``
     simulates it)."""
     adj_for, adj_reverse = symmetric_adjusted(p_for, p_reverse, families)
-    return ["replicated" if a < alpha else "not replicated" if r < alpha else "inconclusive"
-            for a, r in zip(adj_for, adj_reverse)]
+    return [verdict(a, r, alpha) for a, r in zip(adj_for, adj_reverse)]
+
+
+def verdict(p_claim: float, p_reverse: float, level: float, underpowered: bool = False) -> str:
+    """The three-decision rule on a claim's and its reverse's (adjusted) p at ``level``:
+    *replicated*, *not replicated*, else *underpowered* (when the caller found the paper's Δ
+    below the detectable one) or *inconclusive*."""
+    if p_claim < level:
+        return "replicated"
+    if p_reverse < level:
+        return "not replicated"
+    return "underpowered" if underpowered else "inconclusive"
 
 
 def _runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]:
@@ -366,8 +376,7 @@ def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None
     for j, a, r, name in zip(active, adj_for, adj_reverse, families):
         j.p_holm, j.detectable = a, detectable_effect(j.sd, j.n, alpha, 2 * sizes[name])
         distance = paper_distance(j.claim)
-        j.verdict = ("replicated" if a < alpha else "not replicated" if r < alpha else
-                     "underpowered" if distance is not None and 0 < distance < j.detectable else "inconclusive")
+        j.verdict = verdict(a, r, alpha, distance is not None and 0 < distance < j.detectable)
     for j in judged:
         if j.claim.get("vacuous"):
             j.verdict = "vacuous"
