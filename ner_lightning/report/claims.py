@@ -484,7 +484,8 @@ def _render(head: list[str], rows: list[list[str]], note: str, fmt: str, only: C
     if only is not None:
         unknown = [o for o in only if not any(selected(r[0], [o]) for r in rows)]
         if unknown:
-            raise SystemExit(f"--only {','.join(only)}: no claim {', '.join(unknown)} in the claims file")
+            raise SystemExit(f"no claim {', '.join(unknown)} in the claims file (asked for by --only or a "
+                             f"table block's only=): name a claim id's first word or its number")
         rows, note = [r for r in rows if selected(r[0], only)], ""
     if fmt == "latex":
         esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
