@@ -454,13 +454,17 @@ BLOCK = re.compile(r"<!-- claims table: (?P<file>\S+?)(?: only=(?P<only>\S+))? -
 def table_blocks(text: str, claims_file: str) -> list[tuple[list[str] | None, str]]:
     """The claims tables a document holds for ``claims_file`` (a file name beside the document):
     ``<!-- claims table: FILE[ only=ID,ID] -->`` … ``<!-- end claims table -->``, each as (only, body)."""
-    blocks = [(m["only"].split(",") if m["only"] else None, m["body"] or "")
-              for m in BLOCK.finditer(text) if m["file"] == claims_file]
+    blocks = [(_only(m), m["body"] or "") for m in BLOCK.finditer(text) if m["file"] == claims_file]
     opened = len(re.findall(rf"<!-- claims table: {re.escape(claims_file)}[ -]", text))
     if opened != len(blocks):
         raise SystemExit(f"{opened} claims tables of {claims_file} open but {len(blocks)} close with "
                          "'<!-- end claims table -->': end each block before the next one starts")
     return blocks
+
+
+def _only(block: re.Match) -> list[str] | None:
+    """A table block's ``only=`` ids (None: the whole table)."""
+    return block["only"].split(",") if block["only"] else None
 
 
 def update_tables(doc: Path, claims: Path) -> int:
@@ -471,8 +475,7 @@ def update_tables(doc: Path, claims: Path) -> int:
     def block(m: re.Match) -> str:
         if m["file"] != Path(claims).name:
             return m[0]
-        only = m["only"].split(",") if m["only"] else None
-        return m[0].split("\n", 1)[0] + "\n" + _render(head, rows, note, "md", only) + "\n<!-- end claims table -->"
+        return m[0].split("\n", 1)[0] + "\n" + _render(head, rows, note, "md", _only(m)) + "\n<!-- end claims table -->"
 
     text = Path(doc).read_text()
     count = len(table_blocks(text, Path(claims).name))
