@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("claims", type=Path, help="a claims file with `grids`, `grid` per claim and a `study` plan")
     ap.add_argument("--sequential", action="store_true", help="judge at the plan's stages, stop when decided")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every grid (e.g. hydra/launcher=parallel)")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # overrides before or after --sequential
     if not args.claims.is_file():
         raise SystemExit(f"{args.claims}: no such claims file")
     print(table(run_study(args.claims, args.sequential, args.overrides)))
