@@ -71,8 +71,8 @@ def test_cells_per_gpu_puts_that_many_slots_on_each_gpu(caplog):
 
 
 def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatch, tmp_path):
-    """hydra/launcher=parallel composes n_jobs = GPUs x cells_per_gpu (default by GPU memory),
-    and the launcher keeps cells_per_gpu out of joblib's arguments."""
+    """hydra/launcher=parallel composes n_jobs = GPUs x cells_per_gpu (default by GPU memory, at
+    most one cell per two cores), and the launcher keeps cells_per_gpu out of joblib's arguments."""
     import torch
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -85,14 +85,23 @@ def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatc
     register_resolvers()
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 32)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        large = compose("config", overrides=["hydra/launcher=parallel"], return_hydra_config=True).hydra.launcher
+        assert (large.cells_per_gpu, large.n_jobs) == (8, 16)
+        monkeypatch.setattr(devices.os, "cpu_count", lambda: 16)  # two 80 GiB GPUs, 16 cores: 4 cells each
         launcher_cfg = compose("config", overrides=["hydra/launcher=parallel"], return_hydra_config=True).hydra.launcher
         assert (launcher_cfg.cells_per_gpu, launcher_cfg.n_jobs) == (4, 8)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=40 * 2**30))
+        monkeypatch.setattr(devices.os, "cpu_count", lambda: 2)
+        few_cores = compose("config", overrides=["hydra/launcher=parallel"], return_hydra_config=True).hydra.launcher
+        assert (few_cores.cells_per_gpu, few_cores.n_jobs) == (1, 2)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=12 * 2**30))
         small = compose("config", overrides=["hydra/launcher=parallel"], return_hydra_config=True).hydra.launcher
         assert (small.cells_per_gpu, small.n_jobs) == (1, 2)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
+        monkeypatch.setattr(devices.os, "cpu_count", lambda: 16)  # the interpolation resolves here
         launcher = instantiate(launcher_cfg)
         assert launcher.cells_per_gpu == 4 and "cells_per_gpu" not in launcher.joblib and launcher.joblib["n_jobs"] == 8
         with pytest.raises(Exception, match="cells_per_gpu=0: give an int >= 1"):  # hydra wraps the ValueError

@@ -66,16 +66,18 @@ def gpu_count() -> int:
 
 
 def default_cells_per_gpu() -> int:
-    """``${cells_per_gpu:}``: cells sharing one GPU, by its memory — 4 from 40 GiB, 2 from 16 GiB,
-    else 1 (a MiniLM cell holds ~2 GiB; the smallest GPU of the machine decides); 1 without a GPU.
-    ``make gpu-check`` measures what a grid gains at 1 and at this number."""
+    """``${cells_per_gpu:}``: cells sharing one GPU, by its memory — 8 from 80 GiB, 4 from 40 GiB,
+    2 from 16 GiB, else 1 (a MiniLM cell holds ~2 GiB; the smallest GPU of the machine decides) —
+    and at most one cell per two CPU cores; 1 without a GPU. On an H200 with 16 cores, 16 default
+    cells took 68 s at 8 per GPU against 87 s at 4 (docs/benchmarks.md "On a GPU")."""
     import torch
 
     n = gpu_count()
     if not n:
         return 1
     gib = min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) / 2**30
-    return 4 if gib >= 40 else 2 if gib >= 16 else 1
+    by_memory = 8 if gib >= 80 else 4 if gib >= 40 else 2 if gib >= 16 else 1
+    return max(1, min(by_memory, (os.cpu_count() or 1) // (2 * n)))
 
 
 def default_parallel_jobs(cells_per_gpu: int = 1) -> int:
