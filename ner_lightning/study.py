@@ -115,22 +115,30 @@ def _judge_look(claims: list[dict], settings: dict, folder: Path, partitions: li
                   loaded=loaded, partitions=labels) for c in claims]
 
 
-def run_study(path: Path, sequential: bool = False, extra: list[str] | None = None) -> dict:
-    """Run the study of a claims file (this module's docstring); returns its record."""
+def run_study(path: Path, sequential: bool = False, extra: list[str] | None = None, folder: Path | None = None,
+              replay: bool = False) -> dict:
+    """Run the study of a claims file (this module's docstring); returns its record. ``folder``:
+    the study folder instead of ``study_dir``. ``replay``: launch nothing and write nothing, judge
+    the looks again from the cells the folder holds (on disk or as ``GRID.jsonl.xz`` stores) and
+    refuse if a recorded verdict differs."""
     path = Path(path)
     settings, claims = load_claims(path)
-    plan = plan_of(path, sequential)
-    folder = study_dir(path, settings)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder) if folder else study_dir(path, settings)
     record_path = folder / RECORD
-    if record_path.exists():
-        before = json.loads(record_path.read_text())["plan"]
-        if before != plan:
-            changed = ", ".join(k for k in plan if before.get(k) != plan[k])
-            raise SystemExit(f"{record_path}: this study ran with another plan ({changed} differ). A study's looks, "
-                             "claims and α are fixed before its first run; start a new study folder (study.dir)")
+    recorded = json.loads(record_path.read_text()) if record_path.exists() else None
+    if replay and recorded:
+        sequential = recorded["plan"]["sequential"]  # a replay follows the design that ran
+    plan = plan_of(path, sequential)
+    if recorded and recorded["plan"] != plan:
+        changed = ", ".join(k for k in plan if recorded["plan"].get(k) != plan[k])
+        raise SystemExit(f"{record_path}: this study ran with another plan ({changed} differ). A study's looks, "
+                         "claims and α are fixed before its first run; start a new study folder (study.dir)")
+    if replay and not recorded:
+        raise SystemExit(f"{record_path}: no study record to replay — run the study first (without --show)")
     record = {"claims_file": str(path), "plan": plan, "looks": [], "verdicts": {}}
-    write_json_atomic(record_path, record)
+    if not replay:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(record_path, record)
     alpha, stages, first = plan["alpha"], plan["stages"], plan["first_partition"]
     sizes = Counter(family(c) for c in claims if not c.get("vacuous"))  # as decide() counts a family
     open_ids = [str(c["id"]) for c in claims if not c.get("vacuous")]  # a vacuous claim is not judged
@@ -138,7 +146,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     for k, n_k in enumerate(stages):
         partitions = list(range(first, first + n_k))
         needed = [c for c in claims if str(c["id"]) in open_ids]
-        for grid in dict.fromkeys(c["grid"] for c in needed):
+        for grid in dict.fromkeys(c["grid"] for c in needed) if not replay else ():
             launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
         judged = _judge_look(needed, settings, folder, partitions)
         look = {"look": k + 1, "partitions": n_k, "claims": {}}
@@ -168,9 +176,13 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
                 record["verdicts"][str(j.claim["id"])] = {"verdict": j.verdict, "look": 1, "partitions": n_k}
             open_ids = []
         record["looks"].append(look)
-        write_json_atomic(record_path, record)
+        if not replay:
+            write_json_atomic(record_path, record)
         if not open_ids:
             break
+    if replay and record["verdicts"] != recorded["verdicts"]:
+        raise SystemExit(f"{record_path}: the cells judged again give {record['verdicts']}, the record says "
+                         f"{recorded['verdicts']}: the cells changed since the study ran")
     return record
 
 
@@ -197,11 +209,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="ner-lightning study", description=__doc__.split("\n\n")[0])
     ap.add_argument("claims", type=Path, help="a claims file with `grids`, `grid` per claim and a `study` plan")
     ap.add_argument("--sequential", action="store_true", help="judge at the plan's stages, stop when decided")
+    ap.add_argument("--dir", type=Path, help="the study folder (default: the file's study.dir, else "
+                    "multirun/study/<file name>)")
+    ap.add_argument("--show", action="store_true", help="launch nothing: judge the recorded study's cells again, "
+                    "check them against its record and print the table")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every grid (e.g. hydra/launcher=parallel)")
     args = ap.parse_intermixed_args(argv)  # overrides before or after --sequential
     if not args.claims.is_file():
         raise SystemExit(f"{args.claims}: no such claims file")
-    print(table(run_study(args.claims, args.sequential, args.overrides)))
+    print(table(run_study(args.claims, args.sequential, args.overrides, args.dir, args.show)))
 
 
 if __name__ == "__main__":

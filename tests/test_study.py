@@ -108,13 +108,21 @@ def test_a_sequential_study_runs_only_missing_cells_stops_when_decided_and_resum
 
     lost = next(name for name in loss if "partition=1" in name)  # a cell interrupted before its result
     (study / "loss" / lost / "results.json").unlink()
-    again = _run(["study", str(path), "--sequential"], tmp_path, toy_data_dir)
-    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    again = _run(["study", str(path), "--sequential", "trainer.max_epochs=1"], tmp_path, toy_data_dir)  # overrides
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]  # may follow --sequential
     out = again.stdout + again.stderr
     assert "6 cells — 5 done, 1 to run" in out and "6 cells — 6 done, 0 to run" in out
     after = _results(study / "loss")
     assert {k for k in after if after[k] != loss.get(k)} == {lost} and _results(study / "lr") == lr
     assert json.loads((study / "study.json").read_text())["verdicts"] == record["verdicts"]
+
+    shown = _run(["study", str(path), "--show"], tmp_path, toy_data_dir)  # the recorded design, nothing launched
+    assert shown.returncode == 0 and shown.stdout.startswith("study of ") and again.stdout.endswith(shown.stdout)
+    tampered = {**record, "verdicts": {**record["verdicts"], "null": {**record["verdicts"]["null"], "verdict": "x"}}}
+    (study / "study.json").write_text(json.dumps(tampered))
+    refused = _run(["study", str(path), "--show"], tmp_path, toy_data_dir)
+    assert refused.returncode != 0 and "the cells changed since the study ran" in refused.stderr
+    (study / "study.json").write_text(json.dumps(record))
 
     _claims_file(tmp_path, [2, 4])  # growing the study after looking: refused
     refused = _run(["study", str(path), "--sequential"], tmp_path, toy_data_dir)
@@ -193,3 +201,20 @@ def test_study_decisions_on_hand_made_results(tmp_path, monkeypatch, sequential)
                                   [looks[c]["p_reverse"] for c in ("big", "same")], ["toy", "toy"], 0.05)
         assert [record["verdicts"][c]["verdict"] for c in ("big", "same")] == rule and rule[0] == "replicated"
     assert "| big | replicated |" in study.table(record)
+
+
+def test_the_committed_mom_table6_study_is_its_cells_verdicts_and_the_pages_table(monkeypatch):
+    """The MoM Table 6 study as committed: its record, judged again from its exported cells
+    (docs/results/runs/study_mom_table6), and the table in replication.md are the same."""
+    from pathlib import Path
+
+    from ner_lightning.study import run_study, table
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the record names its claims file relative to the repository
+    record = run_study(Path("docs/results/study_mom_table6.yaml"), folder=Path("docs/results/runs/study_mom_table6"),
+                       replay=True)
+    page = (root / "docs/results/replication.md").read_text()
+    start = page.index("<!-- study table: docs/results/study_mom_table6.yaml -->")
+    block = page[page.index("\n", start) + 1:page.index("<!-- end study table -->", start)]
+    assert block.strip() == table(record).strip()
