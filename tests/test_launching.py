@@ -84,7 +84,8 @@ def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatc
 
     register_resolvers()
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
+    eighty_gb = SimpleNamespace(total_memory=81559 * 2**20)  # what an H100 80GB reports: 79.6 GiB
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: eighty_gb)
     monkeypatch.setattr(devices.os, "cpu_count", lambda: 32)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

@@ -66,9 +66,9 @@ def gpu_count() -> int:
 
 
 def default_cells_per_gpu() -> int:
-    """``${cells_per_gpu:}``: cells sharing one GPU, by its memory — 8 from 80 GiB, 4 from 40 GiB,
-    2 from 16 GiB, else 1 (a MiniLM cell holds ~2 GiB; the smallest GPU of the machine decides) —
-    and at most one cell per two CPU cores; 1 without a GPU. On an H200 with 16 cores, 16 default
+    """``${cells_per_gpu:}``: cells sharing one GPU, by its memory — 8 from 64 GiB (an "80 GB" card
+    has ~79), 4 from 40 GiB, 2 from 16 GiB, else 1 (a MiniLM cell holds ~2 GiB; the smallest GPU
+    of the machine decides) — and at most one cell per two CPU cores; 1 without a GPU. On an H200 with 16 cores, 16 default
     cells took 68 s at 8 per GPU against 87 s at 4 (docs/benchmarks.md "On a GPU")."""
     import torch
 
@@ -76,7 +76,7 @@ def default_cells_per_gpu() -> int:
     if not n:
         return 1
     gib = min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) / 2**30
-    by_memory = 8 if gib >= 80 else 4 if gib >= 40 else 2 if gib >= 16 else 1
+    by_memory = 8 if gib >= 64 else 4 if gib >= 40 else 2 if gib >= 16 else 1
     return max(1, min(by_memory, (os.cpu_count() or 1) // (2 * n)))
 
 
