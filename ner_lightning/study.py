@@ -30,7 +30,9 @@ running the same command. Then the claims are judged on the look's partitions:
 The plan (α, stages, spending, the claims and grids) is written to ``STUDY/study.json`` before
 the first cell; a later run with another plan is refused — a sequential study is valid only if
 its looks were fixed before its data were seen. Every look's statistics, levels and α spent are
-recorded there and printed with the table.
+recorded there and printed with the table. ``--show`` launches nothing: it judges the recorded
+looks again from the folder's cells (on disk or exported as ``GRID.jsonl.xz``), checks the
+verdicts against the record and prints the table.
 """
 from __future__ import annotations
 
@@ -146,8 +148,9 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     for k, n_k in enumerate(stages):
         partitions = list(range(first, first + n_k))
         needed = [c for c in claims if str(c["id"]) in open_ids]
-        for grid in dict.fromkeys(c["grid"] for c in needed) if not replay else ():
-            launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
+        if not replay:
+            for grid in dict.fromkeys(c["grid"] for c in needed):
+                launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
         judged = _judge_look(needed, settings, folder, partitions)
         look = {"look": k + 1, "partitions": n_k, "claims": {}}
         if sequential:
