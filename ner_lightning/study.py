@@ -117,19 +117,12 @@ def _judge_look(claims: list[dict], settings: dict, folder: Path, partitions: li
                   loaded=loaded, partitions=labels) for c in claims]
 
 
-def run_study(path: Path, sequential: bool = False, extra: list[str] | None = None, folder: Path | None = None,
-              replay: bool = False) -> dict:
-    """Run the study of a claims file (this module's docstring); returns its record. ``folder``:
-    the study folder instead of ``study_dir``. ``replay``: launch nothing and write nothing, judge
-    the looks again from the cells the folder holds (on disk or as ``GRID.jsonl.xz`` stores) and
-    refuse if a recorded verdict differs."""
-    path = Path(path)
-    settings, claims = load_claims(path)
-    folder = Path(folder) if folder else study_dir(path, settings)
-    record_path = folder / RECORD
+def _plan_and_record(path: Path, record_path: Path, sequential: bool, replay: bool) -> tuple[dict, dict | None]:
+    """The study's plan and its earlier record, if any; another plan than the record's is refused
+    (a replay follows the recorded design), as is a replay without a record."""
     recorded = json.loads(record_path.read_text()) if record_path.exists() else None
     if replay and recorded:
-        sequential = recorded["plan"]["sequential"]  # a replay follows the design that ran
+        sequential = recorded["plan"]["sequential"]
     plan = plan_of(path, sequential)
     if recorded and recorded["plan"] != plan:
         changed = ", ".join(k for k in plan if recorded["plan"].get(k) != plan[k])
@@ -137,6 +130,18 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
                          "claims and α are fixed before its first run; start a new study folder (study.dir)")
     if replay and not recorded:
         raise SystemExit(f"{record_path}: no study record to replay — run the study first (without --show)")
+    return plan, recorded
+
+
+def run_study(path: Path, sequential: bool = False, extra: list[str] | None = None, folder: Path | None = None,
+              replay: bool = False) -> dict:
+    """Run the study of a claims file (module docstring), in ``folder`` if given; ``replay``: judge
+    the recorded looks again from the folder's cells, launching and writing nothing."""
+    path = Path(path)
+    settings, claims = load_claims(path)
+    folder = Path(folder) if folder else study_dir(path, settings)
+    record_path = folder / RECORD
+    plan, recorded = _plan_and_record(path, record_path, sequential, replay)
     record = {"claims_file": str(path), "plan": plan, "looks": [], "verdicts": {}}
     if not replay:
         folder.mkdir(parents=True, exist_ok=True)
@@ -153,7 +158,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
                 launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
         judged = _judge_look(needed, settings, folder, partitions)
         look = {"look": k + 1, "partitions": n_k, "claims": {}}
-        if sequential:
+        if plan["sequential"]:
             fraction = n_k / stages[-1]
             for j in judged:
                 tests = 2 * sizes[family(j.claim)]
