@@ -28,6 +28,8 @@ def spans(tags: list[str], mode: str) -> list[tuple[str, int, int]]:
     strict: ``B-X`` followed by ``I-X``*, a stray ``I-X`` belongs to no span. lenient
     (conlleval): a span also opens at ``I-X`` after ``O`` or after another type.
     """
+    if tags.count("O") == len(tags):  # most sentences of an imbalanced corpus: nothing to walk
+        return []
     out = []
     kind, start = None, 0  # type of the open span (None: no span open)
     for i, tag in enumerate(tags):

@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.build import build_datamodule, build_module, build_trainer, check_protocol, overrides
+from ner_lightning.clock import PROCESS
 from ner_lightning.export import export_model, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap
 from ner_lightning.precision import recorded
@@ -121,56 +122,63 @@ def loadable(path: Path) -> bool:
 
 def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> CellResult:
     """Run one grid cell and write its ``results.json``. ``resume``: a ``last.ckpt`` of this same
-    config to continue from (model, optimiser, schedule, loops, RNG, history)."""
-    t = {"start": time.perf_counter()}
+    config to continue from (model, optimiser, schedule, loops, RNG, history). Every second since
+    the process started (or since the previous cell of this process took its share) is charged to
+    a phase of ``phase_s`` (``ner_lightning/clock.py``)."""
     out_dir = Path(cfg.paths.output_dir)
-    pl.seed_everything(cfg.init_seed, workers=True, verbose=False)
-    log.debug("%s | %s", cell.prefix, reserve_heap(cfg.runtime.malloc_top_pad_mb))
-    log.debug("%s | %s", cell.prefix, fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory))
-    check_protocol(cfg)
-    encoder = instantiate(cfg.model)
-    datamodule = build_datamodule(cfg, encoder.tokenizer)
-    datamodule.setup("fit")
-    partition = datamodule.partition_record()
-    write_json_atomic(out_dir / "partition.json", partition)
-    module = build_module(cfg, encoder, datamodule)
-    trainer, callbacks, loggers = build_trainer(cfg)
-    _log_partition(cfg, cell.prefix, partition)
-    _log_model(cfg, cell.prefix, module, trainer)
+    with PROCESS.phase("model"):
+        pl.seed_everything(cfg.init_seed, workers=True, verbose=False)
+        log.debug("%s | %s", cell.prefix, reserve_heap(cfg.runtime.malloc_top_pad_mb))
+        log.debug("%s | %s", cell.prefix, fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory))
+        check_protocol(cfg)
+        encoder = instantiate(cfg.model)
+    with PROCESS.phase("data"):
+        datamodule = build_datamodule(cfg, encoder.tokenizer)
+        datamodule.setup("fit")
+        partition = datamodule.partition_record()
+        write_json_atomic(out_dir / "partition.json", partition)
+    with PROCESS.phase("model"):
+        module = build_module(cfg, encoder, datamodule)
+        trainer, callbacks, loggers = build_trainer(cfg)
+        _log_partition(cfg, cell.prefix, partition)
+        _log_model(cfg, cell.prefix, module, trainer)
     if resume is not None and not loadable(resume):
         log.warning("%s | %s cannot be read (killed while writing?): training from epoch 0", cell.prefix, resume)
         resume = None
     if resume is not None:
         log.info("%s | resuming from %s", cell.prefix, resume)
-    t["fit"] = time.perf_counter()
     cell.progress.follow(trainer)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
+    with PROCESS.phase("train"):  # dev evaluations and checkpoint writes are charged to their own phases
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
     checkpoint = trainer.checkpoint_callback
     ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
-    t["test"] = time.perf_counter()
     if cfg.evaluate_test:
-        trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
-    t["end"] = time.perf_counter()
-    result = cell_result(cfg, cell, trainer, module, callbacks, partition, resume, ckpt, t)
-    if cfg.export:
-        if ckpt and not cfg.evaluate_test:
-            load_weights(module, ckpt)  # testing loaded the selected weights; without a test, load them here
-        folder = export_model(module, result.to_json(), out_dir / "export")
-        result.export = folder.name
-        log.info("%s | exported: python -m ner_lightning.predict %s INPUT", cell.prefix, folder)
-    result.attempts, result.wall_time_s = cells.attempts(out_dir, result.wall_time_s)
-    result.write(out_dir / "results.json")
-    summarise_wandb(loggers, result)
-    log_prediction_tables(loggers, result, out_dir)
-    cells.clean_checkpoints(out_dir, ckpt if cfg.keep_checkpoint else None)
+        with PROCESS.phase("test"):
+            trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+    with PROCESS.phase("writes"):
+        result = cell_result(cfg, cell, trainer, module, callbacks, partition, resume, ckpt)
+        if cfg.export:
+            if ckpt and not cfg.evaluate_test:
+                load_weights(module, ckpt)  # testing loaded the selected weights; without a test, load them here
+            folder = export_model(module, result.to_json(), out_dir / "export")
+            result.export = folder.name
+            log.info("%s | exported: python -m ner_lightning.predict %s INPUT", cell.prefix, folder)
+        spent = PROCESS.take()
+        result.phase_s = {**spent["phases"], "unaccounted": spent["unaccounted"]}
+        result.attempts, result.wall_time_s = cells.attempts(out_dir, round(spent["wall_s"], 2))
+        result.write(out_dir / "results.json")
+        summarise_wandb(loggers, result)
+        log_prediction_tables(loggers, result, out_dir)
+        cells.clean_checkpoints(out_dir, ckpt if cfg.keep_checkpoint else None)
     _log_result(cfg, result)
     return result
 
 
 def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callbacks: list, partition: dict,
-                resume: Path | None, ckpt: str | None, t: dict) -> CellResult:
+                resume: Path | None, ckpt: str | None) -> CellResult:
     """Fill the ``results.json`` schema from what the fit and test left: the module's record, the
-    trainer's counters, and the sections the callbacks contribute (``results.ResultSection``)."""
+    trainer's counters, and the sections the callbacks contribute (``results.ResultSection``); its
+    time (``wall_time_s``, ``phase_s``) is the clock's, taken by :func:`train` last."""
     record = module.record()
     contributed = contributed_sections(callbacks, Path(cfg.paths.output_dir))
     best = best_epoch(record.history, cfg.monitor) if record.history else None
@@ -193,9 +201,7 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
                  "train_forward_passes": record.forward_passes, "init_seed": cfg.init_seed,
                  "encoder_lr": cfg.optimizer.get("lr"), "head_lr": cfg.loss.get("head_lr")},
         checkpoint=ckpt if cfg.keep_checkpoint else None,
-        wall_time_s=round(time.perf_counter() - t["start"], 2),
-        phase_s={"setup": round(t["fit"] - t["start"], 2), "fit": round(t["test"] - t["fit"], 2),
-                 "test": round(t["end"] - t["test"], 2)},
+        wall_time_s=0.0, phase_s={},
         throughput=contributed.get("throughput", {}),
         precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision),
                    "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))},

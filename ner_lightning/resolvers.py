@@ -15,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from ner_lightning.clock import PROCESS
 from ner_lightning.config import REPO_ROOT
 
 
@@ -93,7 +94,8 @@ def _best_precision(accelerator: str = "auto", model=None, stage: str = "train")
     without a model, the flags' rule (``${best_precision:cpu}``)."""
     from ner_lightning.precision import best_precision
 
-    return best_precision(accelerator, model, stage)
+    with PROCESS.phase("precision"):
+        return best_precision(accelerator, model, stage)
 
 
 def _eval_batch_tokens(accelerator: str = "auto") -> int | None:

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Protocol, runtime_checkable
 
+from ner_lightning.clock import PROCESS
+
 
 @dataclasses.dataclass
 class CellResult:
@@ -110,7 +112,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], object], 
     """Call ``write`` on a temp file in ``path``'s folder, then rename it to ``path``: a reader (or
     a rerun after a crash) sees the old file or the new one, never half of one. ``fsync=False``
     skips waiting for the disk (checkpoints of hundreds of MB, which ``run._loadable`` checks)."""
-    path = Path(path)
+    with PROCESS.phase("writes"):
+        return _write_atomic(Path(path), write, fsync)
+
+
+def _write_atomic(path: Path, write: Callable[[IO[bytes]], object], fsync: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

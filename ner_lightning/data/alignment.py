@@ -12,6 +12,7 @@ once per type, and a word's label is its tag projected on the queried type (:dat
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
@@ -23,6 +24,8 @@ from ner_lightning.data.packing import pack_plan
 IGNORE_INDEX = -100
 
 _PIECE_CACHE: dict[tuple[str, str], dict[str, list[int]]] = {}
+_ENCODED: OrderedDict[tuple, list[Feature]] = OrderedDict()  # (aligner frame, labels, sentences) -> features
+ENCODED_KEPT = 8  # splits kept encoded (dev and test of a few corpora)
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,8 @@ class SubwordAligner:
         self.n_special = len(self.prefix) + len(self.suffix)
         if self.max_length <= self.n_special:
             raise ValueError(f"max_length={max_length} leaves no room for tokens")
-        key = (tokenizer.__class__.__name__, str(getattr(tokenizer, "name_or_path", id(tokenizer))))
-        self._pieces = _PIECE_CACHE.setdefault(key, {})
+        self._piece_key = (tokenizer.__class__.__name__, str(getattr(tokenizer, "name_or_path", id(tokenizer))))
+        self._pieces = _PIECE_CACHE.setdefault(self._piece_key, {})
 
     def word_pieces(self, words: Sequence[str]) -> list[list[int]]:
         """Sub-token ids of each word; a word the tokenizer erases maps to ``[UNK]``."""
@@ -84,7 +87,26 @@ class SubwordAligner:
         """What :meth:`encode` takes for a label set: its label ids."""
         return label_set.label2id
 
-    def encode(self, sentences: Sequence[Sentence], label2id: dict[str, int]) -> list[Feature]:
+    def frame(self) -> tuple:
+        """What decides the inputs besides the sentences and labels: tokenizer, length limit, special
+        tokens (an MRC aligner adds its queries)."""
+        return type(self).__name__, self._piece_key, self.max_length, tuple(self.prefix), tuple(self.suffix)
+
+    def encode(self, sentences: Sequence[Sentence], labels) -> list[Feature]:
+        """The inputs of ``sentences`` under ``labels`` (:meth:`labels_for`). The same sentences
+        encoded the same way again (dev and test in every cell of a sweep that runs in one process)
+        are the features made the first time: the list is shared, treat it as read-only."""
+        key = (self.frame(), repr(labels), tuple(sentences))
+        if key in _ENCODED:
+            _ENCODED.move_to_end(key)
+            return _ENCODED[key]
+        features = self._encode(sentences, labels)
+        _ENCODED[key] = features
+        while len(_ENCODED) > ENCODED_KEPT:
+            _ENCODED.popitem(last=False)
+        return features
+
+    def _encode(self, sentences: Sequence[Sentence], label2id: dict[str, int]) -> list[Feature]:
         self.word_pieces([w for s in sentences for w in s.tokens])
         budget = self.max_length - self.n_special
         features: list[Feature] = []
@@ -167,7 +189,10 @@ class QueryAligner(SubwordAligner):
         """What :meth:`encode` takes for a label set: its entity types, one query each."""
         return label_set.entity_types
 
-    def encode(self, sentences: Sequence[Sentence], types: Sequence[str]) -> list[Feature]:
+    def frame(self) -> tuple:
+        return (*super().frame(), tuple(self.middle), tuple(tuple(q) for q in self.queries))
+
+    def _encode(self, sentences: Sequence[Sentence], types: Sequence[str]) -> list[Feature]:
         self.word_pieces([w for s in sentences for w in s.tokens])
         features: list[Feature] = []
         for ti, (etype, query) in enumerate(zip(types, self.queries)):
@@ -225,28 +250,17 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
     n = len(features)
     t = max(len(f.input_ids) for f in features)
     w = max(f.n_words for f in features)
-    input_ids = torch.full((n, t), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, t), dtype=torch.long)
-    labels = torch.full((n, t), IGNORE_INDEX, dtype=torch.long)
-    word_starts = torch.zeros((n, w), dtype=torch.long)
-    word_mask = torch.zeros((n, w), dtype=torch.bool)
-    for i, f in enumerate(features):
-        k = len(f.input_ids)
-        input_ids[i, :k] = torch.tensor(f.input_ids)
-        attention_mask[i, :k] = 1
-        labels[i, :k] = torch.tensor(f.labels)
-        word_starts[i, : f.n_words] = torch.tensor(f.word_starts)
-        word_mask[i, : f.n_words] = True
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "labels": labels,
-        "word_starts": word_starts,
-        "word_mask": word_mask,
+    lengths = [len(f.input_ids) for f in features]
+    batch = {  # one tensor per field from padded lists (a tensor per row and field cost ~3x more)
+        "input_ids": torch.tensor([f.input_ids + [pad_token_id] * (t - k) for f, k in zip(features, lengths)]),
+        "attention_mask": torch.tensor([[1] * k + [0] * (t - k) for k in lengths]),
+        "labels": torch.tensor([f.labels + [IGNORE_INDEX] * (t - k) for f, k in zip(features, lengths)]),
+        "word_starts": torch.tensor([f.word_starts + [0] * (w - f.n_words) for f in features]),
+        "word_mask": torch.tensor([[True] * f.n_words + [False] * (w - f.n_words) for f in features]),
         "sentence_index": torch.tensor([f.sentence_index for f in features]),
         "word_offset": torch.tensor([f.word_offset for f in features]),
     }
-    batch["pack"] = pack_plan([len(f.input_ids) for f in features], t)
+    batch["pack"] = pack_plan(lengths, t)
     batch["layout"] = BatchLayout(
         words=tuple(f.n_words for f in features), sentences=tuple(f.sentence_index for f in features),
         offsets=tuple(f.word_offset for f in features),
@@ -254,5 +268,5 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
     if features[0].type_index >= 0:  # MRC: the queried type, and segment ids (query 0, sentence 1)
         batch["type_index"] = torch.tensor([f.type_index for f in features])
         segment = torch.tensor([f.segment_start for f in features])
-        batch["token_type_ids"] = ((torch.arange(t)[None, :] >= segment[:, None]) & attention_mask.bool()).long()
+        batch["token_type_ids"] = ((torch.arange(t)[None, :] >= segment[:, None]) & batch["attention_mask"].bool()).long()
     return batch

@@ -11,6 +11,7 @@ lines. Tags are validated against the dataset's entity types and normalised to I
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -139,6 +140,9 @@ def read_conll(
     must have the column count of the file's first token line. ``tag_scheme="iob1"``
     converts to IOB2; with ``"iob2"`` an ``I-T`` that does not continue a ``T`` entity (IOB1
     input) is an error naming the line, never silently broken spans. Non-UTF-8 bytes name their line. With ``entity_types`` given, a tag of any other type is an error.
+
+    A file is parsed once per process while it stays the same (path, size, modification time):
+    the cells of a sweep that run in one process share its (immutable) sentences.
     """
     path = Path(path)
     if not path.is_file():
@@ -147,6 +151,15 @@ def read_conll(
             "environment variable) to the folder holding one sub-folder per dataset, or "
             "build that layout with `python -m ner_lightning.data.hf_export`."
         )
+    stat = path.stat()
+    types = tuple(entity_types) if entity_types is not None else None
+    return list(_parsed(path.resolve(), stat.st_size, stat.st_mtime_ns, delimiter, tag_scheme, types, split, tag_column))
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(path: Path, size: int, mtime_ns: int, delimiter: str, tag_scheme: str, entity_types: tuple | None,
+            split: str, tag_column: int) -> tuple[Sentence, ...]:
+    """:func:`read_conll`'s parse of one state of a file (``size``, ``mtime_ns``: part of the key only)."""
     if tag_scheme not in ("iob1", "iob2"):
         raise ValueError(f"tag_scheme must be 'iob1' or 'iob2', got {tag_scheme!r}")
     allowed = set(entity_types) if entity_types is not None else None
@@ -179,7 +192,7 @@ def read_conll(
     flush()
     if not sentences:
         raise CorpusFormatError(f"{path}: no sentences found")
-    return sentences
+    return tuple(sentences)
 
 
 def write_conll(path: str | os.PathLike, tokens: Sequence[Sequence[str]], *columns: Sequence[Sequence[str]]) -> Path:

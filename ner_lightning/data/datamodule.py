@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader, Sampler
 
-from ner_lightning.data.alignment import SPAN_TAGS, Feature, aligner_for, collate_features
+from ner_lightning.data.alignment import ENCODED_KEPT, SPAN_TAGS, Feature, aligner_for, collate_features
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
 from ner_lightning.data.regimes import (
     UNTYPED, augment, balanced_undersample, imbalance_sample, project_entity_types, resample,
@@ -108,6 +109,27 @@ def sorted_batches(items: list, batch_size: int, collate, length=lambda f: len(f
     return batches
 
 
+_SORTED: OrderedDict[tuple, tuple[list, list[dict]]] = OrderedDict()  # see shared_sorted_batches
+
+
+def shared_sorted_batches(features: list[Feature], batch_size: int, pad_token_id: int,
+                          max_tokens: int | None = None) -> list[dict]:
+    """:func:`sorted_batches` of an encoded split, made once per process for each features list
+    (``SubwordAligner.encode`` shares the list of a split it has encoded before): every cell of a
+    sweep that runs in one process evaluates the same dev and test batches without collating them
+    again. The batches are shared, treat them as read-only."""
+    key = (id(features), batch_size, pad_token_id, max_tokens)
+    if key in _SORTED and _SORTED[key][0] is features:
+        _SORTED.move_to_end(key)
+        return _SORTED[key][1]
+    batches = sorted_batches(features, batch_size, functools.partial(collate_features, pad_token_id=pad_token_id),
+                             max_tokens=max_tokens)
+    _SORTED[key] = (features, batches)
+    while len(_SORTED) > ENCODED_KEPT:
+        _SORTED.popitem(last=False)
+    return batches
+
+
 class LowResourceDataModule(pl.LightningDataModule):
     """Train on ``size`` sentences drawn by (dataset, size, partition, seed); dev and test full.
 
@@ -186,7 +208,8 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.aligner = aligner_for(framing, tokenizer, max_length, queries)
         self.sentences: dict[str, list[Sentence]] = {}
         self.features: dict[str, list[Feature]] = {}
-        self._eval_batches: dict[str, list[dict]] = {}
+        self._sorted: dict[str, list[dict]] = {}  # dev and test batches, sorted by length (setup)
+        self._eval_batches: dict[str, list[dict]] = {}  # ... as evaluated (pinned on a GPU)
 
     def _label_set(self) -> LabelSet:
         """The corpus's labels, projected on ``entity_types`` and made untyped by ``label_scheme``."""
@@ -224,6 +247,9 @@ class LowResourceDataModule(pl.LightningDataModule):
         labels = self.aligner.labels_for(self.label_set)
         for split, sents in self.sentences.items():
             self.features[split] = self.aligner.encode(sents, labels)
+        for split in ("dev", "test"):  # built here, before any evaluation: the test phase only runs the model
+            self._sorted[split] = shared_sorted_batches(self.features[split], self.eval_batch_size,
+                                                        self.tokenizer.pad_token_id, self.eval_batch_tokens)
 
     def _select_partition(self) -> list[Sentence]:
         c = self.corpus
@@ -330,7 +356,7 @@ class LowResourceDataModule(pl.LightningDataModule):
     def _eval_loader(self, split: str) -> DataLoader:
         """Batches sorted by length, padded once per split and reused by every evaluation."""
         if split not in self._eval_batches:
-            self._eval_batches[split] = self._pinned(self.sorted_batches(self.features[split], self._collate()))
+            self._eval_batches[split] = self._pinned(self._sorted[split])
         return DataLoader(self._eval_batches[split], batch_size=None, shuffle=False)
 
     def _pinned(self, batches: list[dict]) -> list[dict]:
