@@ -1,38 +1,45 @@
-"""One CE cell four ways, in one invocation, against the raw encoder limit (= ``make bench``).
+"""One CE cell four ways against the raw encoder limit, in interleaved rounds of one invocation (= ``make bench``).
 
-1. **limit**: the encoder alone at the best precision this machine has, measured here on the
-   same sentences in ideal batches (sorted by length: least padding), no Lightning, no data
-   loading. Eval = forward passes over the test split in the batches the framework evaluates in;
-   train = forward + backward + AdamW step (+ a linear head and CE) over the training partition.
-   fp32 and bf16 autocast are both measured (fp16 too on a GPU); "best" is the fastest (bf16 pays
-   only with native bf16: AVX-512 BF16 / AMX / GPU).
-   Measured before and after the three runs; each figure is the faster of the two, so a slow
-   moment of a shared VM during one of them does not flatter the ratios.
+Every contender trains the same training partition (the framework's sampler picks it) for the same
+epochs at the same batch size, from the same encoder, and then evaluates the test split; the data
+are tokenised before any clock starts. In each of ``--rounds`` rounds every contender runs once,
+in an order rotated from round to round; a figure is the **median over rounds** (min–max printed).
+
+1. **limit@fp32, limit@bf16** (and **limit@fp16** on a GPU): the encoder + a linear head + CE,
+   clipping 1.0 and the fused AdamW — no Lightning, no data loading. Its batches are built, and
+   moved to the device, before the clock starts: training in length-sorted batches of
+   ``data.batch_size`` (least padding, run padded), evaluation in the framework's own
+   length-sorted test batches; each batch carries its packing plan and the flat index of its real
+   words, so the timed region does no host work at all (``tests/test_bench.py`` counts it with
+   ``tests/host_syncs.py``: no tensor -> Python conversion, no operation sized by the data). Eval =
+   the forward passes over the whole test split. The limit of a stage is the precision whose
+   median is fastest there — measured on the whole split, in every round.
 2. **plain**: the loop a researcher writes around transformers' examples (run_ner.py style:
    ``DataCollatorForTokenClassification``, random batches, test in file order).
 3. **hf_trainer**: Hugging Face ``Trainer`` with length-grouped batches, same data, epochs, lr,
    batch, warm-up, clipping, weight decay; ``Trainer.predict`` on test.
-4. **ner_lightning**: the framework's cell with its defaults (training at ``trainer.precision``,
-   evaluation at ``callbacks.eval_precision`` = auto, ``data.group_by_length`` as configured),
-   no dev evaluation, one test evaluation.
+4. **ner_lightning**: the framework's cell with its defaults (``ner_lightning.protocols.train``):
+   train = its ``train`` phase, eval = its ``test`` phase (decoding and span scoring included);
+   no dev evaluation.
 
-The plain loop and the Trainer train and evaluate at the framework's two precisions, and the
-whole process (limits included) runs with the framework's heap setting (``malloc_top_pad_mb``).
-Same partition (the framework's sampler picks the sentences for all), encoder, epochs and
-batch size everywhere. Throughput = real (non-padding) sub-word tokens / wall seconds of the
-phase: train = all epochs incl. data loading and optimiser, eval = the test pass incl.
-decoding (and, for the framework, span scoring). Ratios printed at the end.
+The plain loop and the Trainer train and evaluate in the framework's precisions. The whole
+process runs with the framework's heap setting (``runtime.malloc_top_pad_mb``), its
+deterministic-algorithms setting (``trainer.deterministic``) and its tensor-fill setting, set
+once before the first round, so that no contender runs under settings another does not.
+Throughput = real (non-padding) sub-word tokens / wall seconds of the phase (GPU work waited for
+before each clock reading).
 
-Everything runs on the framework's device: the CPU, or with ``trainer=gpu`` the first GPU
-(GPU work is waited for before each clock reading).
+Exit status: non-zero when the framework is *faster* than the limit in a stage (then the limit is
+wrong, not the framework right) or below ``--min-ratio`` of it.
 
-    python benchmarks/bench_ce.py --size 100 --epochs 10 [--out bench.json] [trainer=gpu]
+    python benchmarks/bench_ce.py [--size 100 --epochs 10 --rounds 5] [--out bench.json] [trainer=gpu]
 """
 from __future__ import annotations
 
 import argparse
 import inspect
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -44,16 +51,16 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from omegaconf import OmegaConf
 
 from ner_lightning.config import compose_config
+from ner_lightning.data.datamodule import shared_sorted_batches, sorted_batches
 from ner_lightning.data.alignment import collate_features
-from ner_lightning.data.datamodule import sorted_batches
-from ner_lightning.hardware import reserve_heap, uses_gpu
+from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, uses_gpu
+from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.precision import calibration
 from ner_lightning.protocols import train
-from timing import best_rate  # noqa: E402  (benchmarks/timing.py)
-
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _FROM_LIGHTNING = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+_DETERMINISTIC = {"warn": (True, True), True: (True, False), False: (False, False), None: (False, False)}
 
 
 def _device(cfg) -> torch.device:
@@ -62,7 +69,7 @@ def _device(cfg) -> torch.device:
 
 
 def _precisions(device: torch.device) -> tuple[str, ...]:
-    """The precisions whose limits are measured: fp32 and bf16 on a CPU; fp16 too on a GPU."""
+    """The precisions of the limit: fp32 and bf16 on a CPU; fp16 too on a GPU."""
     if device.type == "cpu":
         return ("fp32", "bf16")
     return ("fp32", "bf16", "fp16") if torch.cuda.is_bf16_supported() else ("fp32", "fp16")
@@ -77,12 +84,97 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _sorted_batches(features, batch_size: int, pad_id: int, device: torch.device,
-                    max_tokens: int | None = None) -> list[tuple[dict, int]]:
-    """Length-sorted batches as the framework evaluates in (``datamodule.sorted_batches``: ``batch_size``
-    sentences, or ``max_tokens`` padded sub-words) on ``device``, each with its real sub-word count."""
-    batches = sorted_batches(features, batch_size, lambda feats: collate_features(feats, pad_id), max_tokens=max_tokens)
-    return [(move_data_to_device(b, device), int(b["attention_mask"].sum())) for b in batches]
+def same_settings(cfg) -> str:
+    """The framework's process settings for every contender: heap, deterministic algorithms (Lightning
+    sets them process-wide when its Trainer is built, and they stay), the tensor fill under them."""
+    heap = reserve_heap(cfg.runtime.malloc_top_pad_mb)
+    mode = cfg.trainer.get("deterministic")
+    on, warn_only = _DETERMINISTIC[mode]
+    torch.use_deterministic_algorithms(on, warn_only=warn_only)
+    fill = fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory)
+    return f"{heap}; deterministic algorithms {mode}; {fill}"
+
+
+# --- the limit -----------------------------------------------------------------------------------
+def limit_batch(batch: dict, device: torch.device) -> dict:
+    """A collated batch as the limit's timed steps use it: on ``device``, with the flat index of its
+    real words in the ``(B, W)`` word grid and their gold labels (made here, on the host), so that a
+    step selects them by index — never by a boolean mask, whose result size only the device knows."""
+    words = batch["layout"].words
+    width = batch["word_mask"].size(1)
+    flat = torch.tensor([r * width + j for r, n in enumerate(words) for j in range(n)], dtype=torch.long)
+    gold = batch["labels"].gather(1, batch["word_starts"]).flatten()[flat]
+    out = {k: batch[k] for k in ("input_ids", "attention_mask", "word_starts", "pack")}
+    out.update(flat=flat, gold=gold)
+    return move_data_to_device(out, device)
+
+
+def real_tokens(batches: list[dict]) -> int:
+    """Real sub-words of ``batches`` (the plans' sizes: known on the host)."""
+    return sum(int(b["pack"].source.numel()) for b in batches)
+
+
+def train_step(encoder: TransformerEncoder, head, opt, precision: str, b: dict) -> None:
+    """One CE step of the bare encoder + a linear head (clipping 1.0, fused AdamW), host-free."""
+    with _autocast(precision, b["input_ids"].device):
+        hidden = encoder(b["input_ids"], b["attention_mask"], pack=b["pack"])
+    logits = head(encoder.word_states(hidden.float(), b["word_starts"])).flatten(0, 1)[b["flat"]]
+    torch.nn.functional.cross_entropy(logits, b["gold"]).backward()
+    torch.nn.utils.clip_grad_norm_([*encoder.parameters(), *head.parameters()], 1.0)
+    opt.step()
+    opt.zero_grad()
+
+
+def eval_step(encoder: TransformerEncoder, b: dict) -> torch.Tensor:
+    """The encoder's forward pass of an evaluation batch (packed where the framework would pack it)."""
+    return encoder(b["input_ids"], b["attention_mask"], pack=b["pack"])
+
+
+class Limit:
+    """The encoder alone on pre-built batches (see the module docstring), at one precision."""
+
+    def __init__(self, cfg, precision: str):
+        self.cfg, self.precision, self.device = cfg, precision, _device(cfg)
+        self.encoder: TransformerEncoder = instantiate(cfg.model).to(self.device)
+        self.initial = {k: v.clone() for k, v in self.encoder.state_dict().items()}
+        dm = instantiate(cfg.data, tokenizer=self.encoder.tokenizer)
+        dm.setup("fit")
+        pad = self.encoder.tokenizer.pad_token_id
+        train_batches = sorted_batches(dm.features["train"], cfg.data.batch_size, lambda f: collate_features(f, pad))
+        test_batches = shared_sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, cfg.data.eval_batch_tokens)
+        self.train_batches = [limit_batch(b, self.device) for b in train_batches]
+        self.test_batches = [limit_batch(b, self.device) for b in test_batches]
+        self.n_labels = len(dm.label_set)
+        self.train_real, self.eval_real = real_tokens(train_batches) * cfg.trainer.max_epochs, real_tokens(test_batches)
+
+    def run(self) -> dict:
+        """One round: ``trainer.max_epochs`` training passes from the initial weights, then the test split."""
+        encoder, device = self.encoder, self.device
+        encoder.pack = False  # sorted batches run padded (their packing plans only give the padding mask)
+        for warm_up in (True, False):  # one step outside the clock, then from the initial weights again
+            encoder.load_state_dict(self.initial)
+            encoder.train()
+            torch.manual_seed(self.cfg.seed)
+            head = torch.nn.Linear(encoder.hidden_size, self.n_labels).to(device)
+            opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=self.cfg.optimizer.lr)
+            if warm_up:
+                train_step(encoder, head, opt, self.precision, self.train_batches[0])
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(self.cfg.trainer.max_epochs):
+            for b in self.train_batches:
+                train_step(encoder, head, opt, self.precision, b)
+        _sync(device)
+        t1 = time.perf_counter()
+        encoder.eval()
+        encoder.pack = bool(self.cfg.model.pack)  # evaluation packs where the framework would
+        with torch.inference_mode(), _autocast(self.precision, device):
+            for b in self.test_batches:
+                eval_step(encoder, b)
+        _sync(device)
+        t2 = time.perf_counter()
+        return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": None, "train_real_tokens": self.train_real,
+                "eval_real_tokens": self.eval_real}
 
 
 def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
@@ -94,104 +186,7 @@ def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=lr)
 
 
-def train_step(encoder, head, opt, precision: str, b: dict) -> None:
-    """One CE training step of the bare encoder + a linear head (fused AdamW, clipping 1.0)."""
-    with _autocast(precision, b["input_ids"].device):
-        hidden = encoder(b["input_ids"], b["attention_mask"])
-    logits = head(encoder.word_states(hidden.float(), b["word_starts"]))[b["word_mask"]]
-    gold = b["labels"].gather(1, b["word_starts"])[b["word_mask"]]
-    torch.nn.functional.cross_entropy(logits, gold).backward()
-    torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad()
-
-
-def timed_pass(step, batches: list[tuple[dict, int]]) -> int:
-    """``step`` over every batch, waited for (GPU work is asynchronous); returns their real sub-words."""
-    for b, _ in batches:
-        step(b)
-    _sync(b["input_ids"].device)
-    return sum(n for _, n in batches)
-
-
-def forward_pass(encoder, batches: list[tuple[dict, int]]) -> int:
-    """The encoder over ``batches`` (no head)."""
-    return timed_pass(lambda b: encoder(b["input_ids"], b["attention_mask"]), batches)
-
-
-def train_pass(encoder, head, opt, precision: str, batches: list[tuple[dict, int]]) -> int:
-    """One training pass over ``batches``."""
-    return timed_pass(lambda b: train_step(encoder, head, opt, precision, b), batches)
-
-
-def limits(cfg, max_eval_tokens: int, passes: int = 3) -> dict:
-    """Raw encoder tokens/s in ideal batches, per precision: ``{"eval": {fp32, bf16}, "train": …}``.
-
-    Eval: both precisions on every k-th sorted test batch (``max_eval_tokens``), then the
-    faster one over the whole test split (what the cells evaluate), which is the limit.
-    Train: passes over the sorted training partition per precision, with the fused AdamW.
-    Every figure is the fastest of ``passes`` passes, after one warm-up batch."""
-    from ner_lightning.models.encoder import TransformerEncoder
-
-    device = _device(cfg)
-    encoder: TransformerEncoder = instantiate(cfg.model).to(device)
-    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
-    dm.setup("fit")
-    pad = encoder.tokenizer.pad_token_id
-    test = _sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, device, cfg.data.eval_batch_tokens)
-    total = sum(n for _, n in test)
-    stride = max(1, -(-total // max_eval_tokens))  # every k-th batch: the whole length range
-    eval_batches = test[::stride]
-    train_batches = _sorted_batches(dm.features["train"], cfg.data.batch_size, pad, device)
-    out = {"eval": {}, "train": {}, "passes": passes, "device": str(device),
-           "eval_sample_tokens": sum(n for _, n in eval_batches)}
-    state = {k: v.clone() for k, v in encoder.state_dict().items()}
-
-    for precision in _precisions(device):
-        encoder.load_state_dict(state)
-        encoder.eval()
-        with torch.inference_mode(), _autocast(precision, device):
-            forward_pass(encoder, eval_batches[:1])  # warm-up
-            out["eval"][precision] = best_rate(lambda: forward_pass(encoder, eval_batches), passes)
-        encoder.train()
-        head = torch.nn.Linear(encoder.hidden_size, len(dm.label_set)).to(device)
-        opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=cfg.optimizer.lr)
-
-        train_pass(encoder, head, opt, precision, train_batches[:1])  # warm-up
-        out["train"][precision] = best_rate(lambda: train_pass(encoder, head, opt, precision, train_batches), passes)
-    best = max(out["eval"], key=out["eval"].get)
-    encoder.load_state_dict(state)
-    encoder.eval()
-    out["eval_sample"] = dict(out["eval"])
-    with torch.inference_mode(), _autocast(best, device):
-        out["eval"][best] = best_rate(lambda: forward_pass(encoder, test), passes)
-    return out
-
-
-def _print_limits(lim: dict, when: str) -> None:
-    best = max(lim["eval_sample"], key=lim["eval_sample"].get)
-    print(f"limit eval {when}: " + "  ".join(f"{p} {v:,.0f}" for p, v in lim["eval_sample"].items())
-          + f" tok/s on {lim['eval_sample_tokens']:,} test tokens -> best {best}: "
-          f"{lim['eval'][best]:,.0f} tok/s on the whole test split", flush=True)
-    print(f"limit train {when}: " + "  ".join(f"{p} {v:,.0f} tok/s" for p, v in lim["train"].items()) + " (fused AdamW)",
-          flush=True)
-
-
-def _faster(a: dict, b: dict) -> dict:
-    """Each limit figure the faster of two measurements of it (before and after the runs): the
-    VM's speed drifts within an invocation, and a limit measured in a slow moment would flatter
-    the ratios. ``eval`` holds whole-test-split figures where a measurement has one (for the
-    precision it found fastest on the sample; the sample's figure otherwise), as :func:`limits`
-    does: the fastest precision on the merged sample figures is always one with a whole-split
-    figure, so the eval limit is never a sample's."""
-    out = dict(a)
-    for key in ("train", "eval_sample"):
-        out[key] = {p: max(a[key][p], b[key][p]) for p in a[key]}
-    whole = {p: [m["eval"][p] for m in (a, b) if max(m["eval_sample"], key=m["eval_sample"].get) == p] for p in a["eval"]}
-    out["eval"] = {p: max(whole[p]) if whole[p] else out["eval_sample"][p] for p in a["eval"]}
-    return out
-
-
+# --- the plain loop and Hugging Face Trainer -----------------------------------------------------
 def _encode_hf(tok, sents, label2id, max_length):
     out = []
     for s in sents:
@@ -204,22 +199,33 @@ def _encode_hf(tok, sents, label2id, max_length):
     return out
 
 
-def _hf_setup(cfg):
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
+class HFData:
+    """The partition and the test split tokenised once, as transformers' examples do, for the plain
+    loop and the Trainer; :meth:`model` is a fresh token-classification model each round."""
 
-    from ner_lightning.data.sampling import sample_partition
+    def __init__(self, cfg):
+        from transformers import AutoTokenizer
 
-    torch.manual_seed(cfg.seed)
-    corpus = instantiate(cfg.dataset)
-    train_sents = sample_partition(corpus.train, cfg.size, cfg.partition, cfg.seed, corpus.name)
-    labels = corpus.label_set.labels
-    label2id = {l: i for i, l in enumerate(labels)}
-    tok = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
-    model = AutoModelForTokenClassification.from_pretrained(
-        cfg.model.name_or_path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label2id)
-    train_ds = _encode_hf(tok, train_sents, label2id, cfg.data.max_length)
-    test_ds = _encode_hf(tok, corpus.test, label2id, cfg.data.max_length)
-    return tok, model, labels, train_ds, test_ds
+        from ner_lightning.data.sampling import sample_partition
+
+        self.cfg = cfg
+        corpus = instantiate(cfg.dataset)
+        train_sents = sample_partition(corpus.train, cfg.size, cfg.partition, cfg.seed, corpus.name)
+        self.labels = corpus.label_set.labels
+        self.label2id = {l: i for i, l in enumerate(self.labels)}
+        self.tok = AutoTokenizer.from_pretrained(cfg.model.tokenizer or cfg.model.name_or_path)
+        self.train_ds = _encode_hf(self.tok, train_sents, self.label2id, cfg.data.max_length)
+        self.test_ds = _encode_hf(self.tok, corpus.test, self.label2id, cfg.data.max_length)
+
+    def model(self):
+        from transformers import AutoModelForTokenClassification, BertConfig, BertForTokenClassification
+
+        torch.manual_seed(self.cfg.seed)
+        labels = {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels)), "label2id": self.label2id}
+        if self.cfg.model.random_init is not None:  # model=tiny: the same random BERT shape
+            config = BertConfig(vocab_size=len(self.tok), **OmegaConf.to_container(self.cfg.model.random_init), **labels)
+            return BertForTokenClassification(config)
+        return AutoModelForTokenClassification.from_pretrained(self.cfg.model.name_or_path, **labels)
 
 
 def _f1(labels, gold_rows, pred_rows) -> float:
@@ -237,27 +243,25 @@ def _count(ds) -> int:
     return sum(len(x["input_ids"]) for x in ds)
 
 
-def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
-    """The hand-written loop: what a researcher writes around transformers' examples (a
-    gradient scaler under fp16, as torch's AMP recipe has it)."""
+def run_plain(data: HFData, train_precision: str, eval_precision: str) -> dict:
+    """The hand-written loop (a gradient scaler under fp16, as torch's AMP recipe has it)."""
     from transformers import DataCollatorForTokenClassification, get_linear_schedule_with_warmup
 
+    cfg = data.cfg
     device = _device(cfg)
-    tok, model, labels, train_ds, test_ds = _hf_setup(cfg)
-    model.to(device)
+    model = data.model().to(device)
     scaler = torch.amp.GradScaler(device.type, enabled=train_precision == "fp16")
-    collator = DataCollatorForTokenClassification(tok)
+    collator = DataCollatorForTokenClassification(data.tok)
     g = torch.Generator().manual_seed(cfg.seed)
-    train_dl = torch.utils.data.DataLoader(train_ds, batch_size=cfg.data.batch_size, shuffle=True,
+    train_dl = torch.utils.data.DataLoader(data.train_ds, batch_size=cfg.data.batch_size, shuffle=True,
                                            collate_fn=collator, generator=g)
-    test_dl = torch.utils.data.DataLoader(test_ds, batch_size=cfg.data.eval_batch_size, collate_fn=collator)
+    test_dl = torch.utils.data.DataLoader(data.test_ds, batch_size=cfg.data.eval_batch_size, collate_fn=collator)
     epochs = cfg.trainer.max_epochs
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay)
     total = epochs * len(train_dl)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.loss.warmup_ratio * total), total)
     t0 = time.perf_counter()
     model.train()
-    padded = 0
     for _ in range(epochs):
         for batch in train_dl:
             with _autocast(train_precision, device):
@@ -269,31 +273,27 @@ def run_plain(cfg, train_precision: str, eval_precision: str) -> dict:
             scaler.update()
             sched.step()
             opt.zero_grad()
-            padded += batch["attention_mask"].numel()
     _sync(device)
     t1 = time.perf_counter()
     model.eval()
-    gold, pred, eval_padded = [], [], 0
+    gold, pred = [], []
     with torch.inference_mode(), _autocast(eval_precision, device):
         for batch in test_dl:
             inputs = move_data_to_device({"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}, device)
-            best = model(**inputs).logits.argmax(-1)
             gold += batch["labels"].tolist()
-            pred += best.tolist()
-            eval_padded += batch["attention_mask"].numel()
-    f1 = _f1(labels, gold, pred)
+            pred += model(**inputs).logits.argmax(-1).tolist()
+    f1 = _f1(data.labels, gold, pred)
     t2 = time.perf_counter()
-    n_train, n_eval = epochs * _count(train_ds), _count(test_ds)
-    return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": f1, "train_real_tokens": n_train,
-            "eval_real_tokens": n_eval, "train_padding": padded / n_train, "eval_padding": eval_padded / n_eval}
+    return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": f1, "train_real_tokens": epochs * _count(data.train_ds),
+            "eval_real_tokens": _count(data.test_ds)}
 
 
-def run_hf_trainer(cfg, train_precision: str, eval_precision: str, out_dir: Path) -> dict:
+def run_hf_trainer(data: HFData, train_precision: str, eval_precision: str, out_dir: Path) -> dict:
     """Hugging Face ``Trainer`` with length-grouped training batches (``bf16_full_eval`` /
     ``fp16_full_eval`` for a half-precision evaluation after fp32 training)."""
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
-    tok, model, labels, train_ds, test_ds = _hf_setup(cfg)
+    cfg = data.cfg
     params = inspect.signature(TrainingArguments).parameters
     renamed = "train_sampling_strategy" in params  # transformers 5 renamed these
     grouping = {"train_sampling_strategy": "group_by_length"} if renamed else {"group_by_length": True}
@@ -307,48 +307,120 @@ def run_hf_trainer(cfg, train_precision: str, eval_precision: str, out_dir: Path
         fp16_full_eval=eval_precision == "fp16" and train_precision == "fp32",
         save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[], disable_tqdm=True,
         seed=cfg.seed, dataloader_num_workers=0, use_cpu=_device(cfg).type == "cpu", **grouping, **warmup)
-    trainer = Trainer(model=model, args=args, train_dataset=train_ds, data_collator=DataCollatorForTokenClassification(tok))
+    trainer = Trainer(model=data.model(), args=args, train_dataset=data.train_ds,
+                      data_collator=DataCollatorForTokenClassification(data.tok))
     t0 = time.perf_counter()
     trainer.train()
     t1 = time.perf_counter()
-    out = trainer.predict(test_ds)
-    pred = out.predictions.argmax(-1).tolist()
-    f1 = _f1(labels, out.label_ids.tolist(), pred)
+    out = trainer.predict(data.test_ds)
+    f1 = _f1(data.labels, out.label_ids.tolist(), out.predictions.argmax(-1).tolist())
     t2 = time.perf_counter()
-    return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": f1, "train_real_tokens": cfg.trainer.max_epochs * _count(train_ds),
-            "eval_real_tokens": _count(test_ds), "train_padding": None, "eval_padding": None}
+    return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": f1, "train_real_tokens": cfg.trainer.max_epochs * _count(data.train_ds),
+            "eval_real_tokens": _count(data.test_ds)}
 
 
-def run_framework(cfg) -> dict:
-    res = train(cfg).to_json()
+def run_framework(args: argparse.Namespace, out_dir: Path) -> dict:
+    """The framework's cell, composed afresh in a folder of its own."""
+    res = train(_config(args, out_dir)).to_json()
     tp = res["throughput"]
-    return {"train_s": res["phase_s"]["fit"], "eval_s": res["phase_s"]["test"], "test_f1": res["test"]["micro"]["f1"],
-            "train_real_tokens": tp["train_tokens"], "eval_real_tokens": tp["eval_tokens"],
-            "train_padding": tp["train_padding_ratio"], "eval_padding": tp["eval_padding_ratio"],
-            "precision": res["precision"]}
+    return {"train_s": res["phase_s"]["train"] + res["phase_s"]["dev"], "eval_s": res["phase_s"]["test"],
+            "test_f1": res["test"]["micro"]["f1"], "train_real_tokens": tp["train_tokens"],
+            "eval_real_tokens": tp["eval_tokens"], "train_padding": tp["train_padding_ratio"],
+            "eval_padding": tp["eval_padding_ratio"], "precision": res["precision"]}
 
 
-def _arguments() -> argparse.Namespace:
+# --- rounds, medians, verdict --------------------------------------------------------------------
+def rounds(contenders: dict, n: int, log=print) -> dict[str, list[dict]]:
+    """Each contender once per round, in an order rotated by one each round; every run's figures."""
+    names = list(contenders)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for r in range(n):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            runs[name].append(contenders[name]())
+        log(f"round {r + 1}/{n}: " + ", ".join(f"{name} {runs[name][-1]['train_s']:.2f} + {runs[name][-1]['eval_s']:.2f} s"
+                                              for name in order), flush=True)
+    return runs
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Medians over rounds (and the fastest and slowest round) of a contender's runs."""
+    out = {}
+    for stage in ("train", "eval"):
+        seconds = [r[f"{stage}_s"] for r in runs]
+        tokens = runs[0][f"{stage}_real_tokens"]
+        out[f"{stage}_s"] = statistics.median(seconds)
+        out[f"{stage}_s_range"] = [min(seconds), max(seconds)]
+        out[f"{stage}_tokens_per_s"] = tokens / out[f"{stage}_s"]
+    f1 = [r["test_f1"] for r in runs if r.get("test_f1") is not None]
+    out["test_f1"] = statistics.median(f1) if f1 else None
+    out["precision"] = runs[0].get("precision")
+    out["train_padding"], out["eval_padding"] = runs[0].get("train_padding"), runs[0].get("eval_padding")
+    return out
+
+
+def best_limits(rows: dict) -> dict:
+    """Per stage, the limit row with the highest median throughput."""
+    limits = [name for name in rows if name.startswith("limit@")]
+    return {stage: max(limits, key=lambda n: rows[n][f"{stage}_tokens_per_s"]) for stage in ("train", "eval")}
+
+
+def ratios(rows: dict, best: dict) -> dict:
+    fw = rows["ner_lightning"]
+    out = {f"{stage}_vs_limit": fw[f"{stage}_tokens_per_s"] / rows[best[stage]][f"{stage}_tokens_per_s"]
+           for stage in ("train", "eval")}
+    for name in ("plain", "hf_trainer"):
+        if name in rows:
+            out[f"time_vs_{name}"] = (fw["train_s"] + fw["eval_s"]) / (rows[name]["train_s"] + rows[name]["eval_s"])
+    return out
+
+
+def verdict(ratio: dict, best: dict, min_ratio: float) -> str | None:
+    """Why the benchmark fails, or None: the framework faster than the limit (the limit is wrong),
+    or below ``min_ratio`` of it."""
+    faster = [k for k in ("train_vs_limit", "eval_vs_limit") if ratio[k] > 1.0]
+    if faster:
+        return (f"FAILED: the framework is faster than the limit ({', '.join(f'{k} {ratio[k]:.0%}' for k in faster)}): "
+                f"the limit ({best}) does work the framework does not — fix the limit before reading any ratio")
+    slow = [k for k in ("train_vs_limit", "eval_vs_limit") if ratio[k] < min_ratio]
+    if slow:
+        return (f"FAILED: {', '.join(f'{k} {ratio[k]:.0%}' for k in slow)} is below {min_ratio:.0%} of the fastest "
+                f"limit ({best}): a precision or throughput regression")
+    return None
+
+
+def _print_rows(rows: dict) -> None:
+    def fmt(x, spec):
+        return format(x, spec) if x is not None else "-"
+
+    print(f"{'':16}{'train s':>9}{'(min-max)':>14}{'eval s':>8}{'(min-max)':>14}{'train tok/s':>12}{'eval tok/s':>12}"
+          f"{'train pad':>10}{'eval pad':>9}{'test F1':>9}")
+    for name, r in rows.items():
+        print(f"{name:16}{r['train_s']:9.2f}{'%.2f-%.2f' % tuple(r['train_s_range']):>14}{r['eval_s']:8.2f}"
+              f"{'%.2f-%.2f' % tuple(r['eval_s_range']):>14}{r['train_tokens_per_s']:12,.0f}{r['eval_tokens_per_s']:12,.0f}"
+              f"{fmt(r['train_padding'], '10.2f'):>10}{fmt(r['eval_padding'], '9.2f'):>9}{fmt(r['test_f1'], '9.4f'):>9}")
+
+
+def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--dataset", default="conll2003")
     ap.add_argument("--model", default="minilm")
-    ap.add_argument("--limit-tokens", type=int, default=20000, help="test tokens the eval limit is measured on")
-    ap.add_argument("--limit-passes", type=int, default=3, help="timed passes per limit; the fastest counts")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; every figure is a median over them")
     ap.add_argument("--skip", default="", help="comma list of plain,hf_trainer to leave out")
-    ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--out", default=None, help="write every round's figures and the medians as JSON here")
     ap.add_argument("--min-ratio", type=float, default=0.75, help="exit non-zero when the framework's training or "
-                    "evaluation throughput is below this share of the fastest measured limit")
+                    "evaluation throughput is below this share of the fastest limit")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
-    return ap.parse_args()
+    return ap.parse_args(argv)
 
 
 def _config(args: argparse.Namespace, out_dir: Path):
     return compose_config([
         f"dataset={args.dataset}", f"model={args.model}", "loss=ce", f"size={args.size}",
-        f"trainer.max_epochs={args.epochs}", "+trainer.limit_val_batches=0", "trainer.enable_checkpointing=false",
-        "trainer.enable_progress_bar=false", "callbacks=none",
+        f"trainer.max_epochs={args.epochs}", f"trainer.min_epochs={args.epochs}", "+trainer.limit_val_batches=0",
+        "trainer.enable_checkpointing=false", "trainer.enable_progress_bar=false", "callbacks=none",
         "+callbacks.token_throughput._target_=ner_lightning.callbacks.monitoring.TokenThroughput",
         "+callbacks.eval_precision._target_=ner_lightning.callbacks.monitoring.EvalPrecision",
         "+callbacks.eval_precision.precision='${best_precision:${trainer.accelerator},${model},eval}'",
@@ -356,75 +428,49 @@ def _config(args: argparse.Namespace, out_dir: Path):
     ], out_dir)
 
 
-def _print_rows(rows: dict) -> None:
-    def fmt(x, spec):
-        return format(x, spec) if x is not None else "-"
-
-    for r in rows.values():
-        r["train_tokens_per_s"] = r["train_real_tokens"] / r["train_s"]
-        r["eval_tokens_per_s"] = r["eval_real_tokens"] / r["eval_s"]
-    print(f"{'':14}{'train s':>9}{'eval s':>8}{'train tok/s':>12}{'eval tok/s':>12}{'train pad':>10}{'eval pad':>9}{'test F1':>9}")
-    for name, r in rows.items():
-        print(f"{name:14}{r['train_s']:9.1f}{r['eval_s']:8.1f}{r['train_tokens_per_s']:12,.0f}{r['eval_tokens_per_s']:12,.0f}"
-              f"{fmt(r['train_padding'], '10.2f'):>10}{fmt(r['eval_padding'], '9.2f'):>9}{r['test_f1']:9.4f}")
-
-
-def _ratios(rows: dict, lim: dict, best: dict) -> dict:
-    """The framework against the limits and against the plain loop and HF Trainer (printed)."""
-    fw = rows["ner_lightning"]
-    ratios = {"train_vs_limit": fw["train_tokens_per_s"] / lim["train"][best["train"]],
-              "eval_vs_limit": fw["eval_tokens_per_s"] / lim["eval"][best["eval"]]}
-    for name in ("plain", "hf_trainer"):
-        if name in rows:
-            ratios[f"time_vs_{name}"] = (fw["train_s"] + fw["eval_s"]) / (rows[name]["train_s"] + rows[name]["eval_s"])
-    print(f"ner_lightning (training {fw['precision']['train']}, evaluation {fw['precision']['eval']}): train "
-          f"{ratios['train_vs_limit']:.0%} of the {best['train']} limit, eval {ratios['eval_vs_limit']:.0%} of the "
-          f"{best['eval']} limit")
-    for name in ("plain", "hf_trainer"):
-        if f"time_vs_{name}" in ratios:
-            print(f"time (train + test) ner_lightning / {name}: {ratios[f'time_vs_{name}']:.2f}x")
-    return ratios
-
-
-def main() -> None:
-    args = _arguments()
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     out_dir = Path(tempfile.mkdtemp(prefix="bench_ce_"))
-    cfg = _config(args, out_dir)
+    cfg = _config(args, out_dir / "compose")
     chosen = calibration(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))
-    heap = reserve_heap(cfg.runtime.malloc_top_pad_mb)  # the process's: limits, plain loop and Trainer get it too
+    settings = same_settings(cfg)
     print(f"# {args.dataset}, {args.model}, size {args.size}, {args.epochs} epochs, batch {cfg.data.batch_size}, "
-          f"{torch.get_num_threads()} threads; the framework's precision here: training {chosen['train']}, "
-          f"evaluation {chosen['eval']} ({chosen['why']}); {heap}", flush=True)
-    first = limits(cfg, args.limit_tokens, args.limit_passes)
-    _print_limits(first, "before the runs")
+          f"{torch.get_num_threads()} threads, {args.rounds} rounds; the framework's precision here: training "
+          f"{chosen['train']}, evaluation {chosen['eval']} ({chosen['why']}); for every contender: {settings}", flush=True)
     train_p = _FROM_LIGHTNING[cfg.trainer.precision]
     eval_p = _FROM_LIGHTNING[cfg.callbacks.eval_precision.precision]
-    rows = {}
-    if "plain" not in args.skip:
-        rows["plain"] = run_plain(cfg, train_p, eval_p)
-        print("plain loop done", flush=True)
-    if "hf_trainer" not in args.skip:
-        rows["hf_trainer"] = run_hf_trainer(cfg, train_p, eval_p, out_dir)
-        print("HF Trainer done", flush=True)
-    rows["ner_lightning"] = run_framework(cfg)
-    again = limits(cfg, args.limit_tokens, args.limit_passes)
-    _print_limits(again, "after the runs")
-    lim = _faster(first, again)
-    best = {"eval": max(lim["eval_sample"], key=lim["eval_sample"].get), "train": max(lim["train"], key=lim["train"].get)}
-    print(f"limits: the faster of the two measurements -> train {best['train']} {lim['train'][best['train']]:,.0f} tok/s, "
-          f"eval {best['eval']} {lim['eval'][best['eval']]:,.0f} tok/s on the whole test split", flush=True)
+    contenders = {f"limit@{p}": Limit(cfg, p).run for p in _precisions(_device(cfg))}
+    skip = set(args.skip.split(","))
+    if not {"plain", "hf_trainer"} <= skip:
+        data = HFData(cfg)
+        if "plain" not in skip:
+            contenders["plain"] = lambda: run_plain(data, train_p, eval_p)
+        if "hf_trainer" not in skip:
+            contenders["hf_trainer"] = lambda: run_hf_trainer(data, train_p, eval_p, out_dir)
+    count = iter(range(10 ** 6))
+    contenders["ner_lightning"] = lambda: run_framework(args, out_dir / f"ner_lightning_{next(count)}")
+    runs = rounds(contenders, args.rounds)
+    rows = {name: summarise(r) for name, r in runs.items()}
+    best = best_limits(rows)
     _print_rows(rows)
-    ratios = _ratios(rows, lim, best)
+    ratio = ratios(rows, best)
+    fw = rows["ner_lightning"]
+    print(f"ner_lightning (training {fw['precision']['train']}, evaluation {fw['precision']['eval']}), medians of "
+          f"{args.rounds} rounds: train {ratio['train_vs_limit']:.0%} of the limit ({best['train']}), eval "
+          f"{ratio['eval_vs_limit']:.0%} of the limit ({best['eval']})")
+    for name in ("plain", "hf_trainer"):
+        if f"time_vs_{name}" in ratio:
+            print(f"time (train + test) ner_lightning / {name}: {ratio[f'time_vs_{name}']:.2f}x")
+    failed = verdict(ratio, best, args.min_ratio)
     if args.out:
-        Path(args.out).write_text(json.dumps({"limits": lim, "limits_measured": [first, again], "best": best, "rows": rows,
-                                              "ratios": ratios, "argv": sys.argv}, indent=2))
-    slow = [k for k in ("train_vs_limit", "eval_vs_limit") if ratios[k] < args.min_ratio]
-    if slow:
-        fw = rows["ner_lightning"]
-        sys.exit(f"FAILED: {', '.join(f'{k} {ratios[k]:.0%}' for k in slow)} is below {args.min_ratio:.0%} of the fastest "
-                 f"measured limit (training ran {fw['precision']['train']}, evaluation {fw['precision']['eval']}; the "
-                 f"fastest: train {best['train']}, eval {best['eval']}): a precision or throughput regression")
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"rows": rows, "runs": runs, "best": best, "ratios": ratio, "settings": settings,
+                                              "verdict": failed, "argv": sys.argv}, indent=2, default=str))
+    if failed:
+        print(failed, file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
