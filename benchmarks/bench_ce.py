@@ -6,14 +6,17 @@ are tokenised before any clock starts. In each of ``--rounds`` rounds every cont
 in an order rotated from round to round; a figure is the **median over rounds** (min–max printed).
 
 1. **limit@fp32, limit@bf16** (and **limit@fp16** on a GPU): the encoder + a linear head + CE,
-   clipping 1.0 and the fused AdamW — no Lightning, no data loading. Its batches are built, and
-   moved to the device, before the clock starts: training in length-sorted batches of
-   ``data.batch_size`` (least padding, run padded), evaluation in the framework's own
-   length-sorted test batches; each batch carries its packing plan and the flat index of its real
-   words, so the timed region does no host work at all (``tests/test_bench.py`` counts it with
-   ``tests/host_syncs.py``: no tensor -> Python conversion, no operation sized by the data). Eval =
-   the forward passes over the whole test split. The limit of a stage is the precision whose
-   median is fastest there — measured on the whole split, in every round.
+   clipping 1.0 and the fused AdamW — no Lightning, no data loading, no logging — on the
+   framework's own batches: its training sampler's batches, epoch by epoch, packed as it packs
+   them, and its length-sorted test batches. They are built, and moved to the device, before the
+   clock starts; each carries its packing plan and the flat index of its real words, so the timed
+   region does no host work at all (``tests/test_bench.py`` counts it with ``tests/host_syncs.py``:
+   no tensor -> Python conversion, no operation sized by the data). Eval = the forward passes over
+   the whole test split. The limit of a stage is the precision whose median is fastest there —
+   measured on the whole split, in every round. **limit@<training precision> sorted** trains the
+   same sentences in length-sorted batches, run padded: the least padding any batching gives, a
+   reference for what random batches cost (not a ratio's denominator: sorting the training
+   batches changes the results, docs/benchmarks.md).
 2. **plain**: the loop a researcher writes around transformers' examples (run_ner.py style:
    ``DataCollatorForTokenClassification``, random batches, test in file order).
 3. **hf_trainer**: Hugging Face ``Trainer`` with length-grouped batches, same data, epochs, lr,
@@ -60,6 +63,7 @@ from ner_lightning.protocols import train
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _FROM_LIGHTNING = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+SORTED = " sorted"  # the name suffix of the sorted-batch reference limit
 _DETERMINISTIC = {"warn": (True, True), True: (True, False), False: (False, False), None: (False, False)}
 
 
@@ -130,51 +134,75 @@ def eval_step(encoder: TransformerEncoder, b: dict) -> torch.Tensor:
     return encoder(b["input_ids"], b["attention_mask"], pack=b["pack"])
 
 
-class Limit:
-    """The encoder alone on pre-built batches (see the module docstring), at one precision."""
+def framework_epochs(dm, epochs: int) -> list[list[dict]]:
+    """The training batches the framework's loader yields in each epoch (its sampler's order for
+    that epoch: Lightning sets the epoch on it), collated ahead."""
+    loader = dm.train_dataloader()
+    sampler = loader.batch_sampler if dm.group_by_length else loader.sampler
+    out = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        out.append(list(loader))
+    return out
 
-    def __init__(self, cfg, precision: str):
-        self.cfg, self.precision, self.device = cfg, precision, _device(cfg)
+
+class Limit:
+    """The encoder alone on pre-built batches (see the module docstring), at one precision.
+    ``batches="framework"``: the framework's own training batches, epoch by epoch, packed as it
+    packs them (the limit of the framework's computation); ``"sorted"``: length-sorted batches of
+    the same sentences, run padded (the least padding any batching could give; a reference, not a
+    ratio's denominator)."""
+
+    def __init__(self, cfg, precision: str, batches: str = "framework"):
+        self.cfg, self.precision, self.device, self.batches = cfg, precision, _device(cfg), batches
         self.encoder: TransformerEncoder = instantiate(cfg.model).to(self.device)
         self.initial = {k: v.clone() for k, v in self.encoder.state_dict().items()}
         dm = instantiate(cfg.data, tokenizer=self.encoder.tokenizer)
         dm.setup("fit")
         pad = self.encoder.tokenizer.pad_token_id
-        train_batches = sorted_batches(dm.features["train"], cfg.data.batch_size, lambda f: collate_features(f, pad))
+        if batches == "sorted":
+            one = sorted_batches(dm.features["train"], cfg.data.batch_size, lambda f: collate_features(f, pad))
+            epochs = [one] * cfg.trainer.max_epochs
+        else:
+            epochs = framework_epochs(dm, cfg.trainer.max_epochs)
         test_batches = shared_sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, cfg.data.eval_batch_tokens)
-        self.train_batches = [limit_batch(b, self.device) for b in train_batches]
+        self.train_epochs = [[limit_batch(b, self.device) for b in epoch] for epoch in epochs]
         self.test_batches = [limit_batch(b, self.device) for b in test_batches]
         self.n_labels = len(dm.label_set)
-        self.train_real, self.eval_real = real_tokens(train_batches) * cfg.trainer.max_epochs, real_tokens(test_batches)
+        self.train_real, self.eval_real = sum(real_tokens(e) for e in epochs), real_tokens(test_batches)
 
     def run(self) -> dict:
-        """One round: ``trainer.max_epochs`` training passes from the initial weights, then the test split."""
+        """One round: every training epoch from the initial weights, then the test split (not for the
+        sorted-batch reference, whose test batches would be the same)."""
         encoder, device = self.encoder, self.device
-        encoder.pack = False  # sorted batches run padded (their packing plans only give the padding mask)
+        train_packed = self.batches == "framework" and bool(self.cfg.model.pack)
         for warm_up in (True, False):  # one step outside the clock, then from the initial weights again
             encoder.load_state_dict(self.initial)
             encoder.train()
+            encoder.pack = train_packed  # without packing, a batch's plan only gives its padding mask
             torch.manual_seed(self.cfg.seed)
             head = torch.nn.Linear(encoder.hidden_size, self.n_labels).to(device)
             opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=self.cfg.optimizer.lr)
             if warm_up:
-                train_step(encoder, head, opt, self.precision, self.train_batches[0])
+                train_step(encoder, head, opt, self.precision, self.train_epochs[0][0])
         _sync(device)
         t0 = time.perf_counter()
-        for _ in range(self.cfg.trainer.max_epochs):
-            for b in self.train_batches:
+        for epoch in self.train_epochs:
+            for b in epoch:
                 train_step(encoder, head, opt, self.precision, b)
         _sync(device)
         t1 = time.perf_counter()
+        out = {"train_s": t1 - t0, "eval_s": None, "test_f1": None, "train_real_tokens": self.train_real,
+               "eval_real_tokens": self.eval_real}
+        if self.batches == "sorted":
+            return out
         encoder.eval()
         encoder.pack = bool(self.cfg.model.pack)  # evaluation packs where the framework would
         with torch.inference_mode(), _autocast(self.precision, device):
             for b in self.test_batches:
                 eval_step(encoder, b)
         _sync(device)
-        t2 = time.perf_counter()
-        return {"train_s": t1 - t0, "eval_s": t2 - t1, "test_f1": None, "train_real_tokens": self.train_real,
-                "eval_real_tokens": self.eval_real}
+        return {**out, "eval_s": time.perf_counter() - t1}
 
 
 def _fastest_adamw(params, lr: float) -> torch.optim.Optimizer:
@@ -338,7 +366,7 @@ def rounds(contenders: dict, n: int, log=print) -> dict[str, list[dict]]:
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             runs[name].append(contenders[name]())
-        log(f"round {r + 1}/{n}: " + ", ".join(f"{name} {runs[name][-1]['train_s']:.2f} + {runs[name][-1]['eval_s']:.2f} s"
+        log(f"round {r + 1}/{n}: " + ", ".join(f"{name} {runs[name][-1]['train_s']:.2f} + {runs[name][-1]['eval_s'] or 0:.2f} s"
                                               for name in order), flush=True)
     return runs
 
@@ -347,7 +375,10 @@ def summarise(runs: list[dict]) -> dict:
     """Medians over rounds (and the fastest and slowest round) of a contender's runs."""
     out = {}
     for stage in ("train", "eval"):
-        seconds = [r[f"{stage}_s"] for r in runs]
+        seconds = [r[f"{stage}_s"] for r in runs if r[f"{stage}_s"] is not None]
+        if not seconds:
+            out[f"{stage}_s"], out[f"{stage}_s_range"], out[f"{stage}_tokens_per_s"] = None, None, None
+            continue
         tokens = runs[0][f"{stage}_real_tokens"]
         out[f"{stage}_s"] = statistics.median(seconds)
         out[f"{stage}_s_range"] = [min(seconds), max(seconds)]
@@ -360,8 +391,8 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def best_limits(rows: dict) -> dict:
-    """Per stage, the limit row with the highest median throughput."""
-    limits = [name for name in rows if name.startswith("limit@")]
+    """Per stage, the limit row (on the framework's batches) with the highest median throughput."""
+    limits = [name for name in rows if name.startswith("limit@") and not name.endswith(SORTED)]
     return {stage: max(limits, key=lambda n: rows[n][f"{stage}_tokens_per_s"]) for stage in ("train", "eval")}
 
 
@@ -369,6 +400,8 @@ def ratios(rows: dict, best: dict) -> dict:
     fw = rows["ner_lightning"]
     out = {f"{stage}_vs_limit": fw[f"{stage}_tokens_per_s"] / rows[best[stage]][f"{stage}_tokens_per_s"]
            for stage in ("train", "eval")}
+    for name in (n for n in rows if n.endswith(SORTED)):
+        out["train_vs_sorted_limit"] = fw["train_tokens_per_s"] / rows[name]["train_tokens_per_s"]
     for name in ("plain", "hf_trainer"):
         if name in rows:
             out[f"time_vs_{name}"] = (fw["train_s"] + fw["eval_s"]) / (rows[name]["train_s"] + rows[name]["eval_s"])
@@ -395,9 +428,12 @@ def _print_rows(rows: dict) -> None:
 
     print(f"{'':16}{'train s':>9}{'(min-max)':>14}{'eval s':>8}{'(min-max)':>14}{'train tok/s':>12}{'eval tok/s':>12}"
           f"{'train pad':>10}{'eval pad':>9}{'test F1':>9}")
+    def spread(r, stage):
+        return "%.2f-%.2f" % tuple(r[f"{stage}_s_range"]) if r[f"{stage}_s_range"] else "-"
+
     for name, r in rows.items():
-        print(f"{name:16}{r['train_s']:9.2f}{'%.2f-%.2f' % tuple(r['train_s_range']):>14}{r['eval_s']:8.2f}"
-              f"{'%.2f-%.2f' % tuple(r['eval_s_range']):>14}{r['train_tokens_per_s']:12,.0f}{r['eval_tokens_per_s']:12,.0f}"
+        print(f"{name:16}{r['train_s']:9.2f}{spread(r, 'train'):>14}{fmt(r['eval_s'], '8.2f'):>8}{spread(r, 'eval'):>14}"
+              f"{r['train_tokens_per_s']:12,.0f}{fmt(r['eval_tokens_per_s'], '12,.0f'):>12}"
               f"{fmt(r['train_padding'], '10.2f'):>10}{fmt(r['eval_padding'], '9.2f'):>9}{fmt(r['test_f1'], '9.4f'):>9}")
 
 
@@ -440,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     train_p = _FROM_LIGHTNING[cfg.trainer.precision]
     eval_p = _FROM_LIGHTNING[cfg.callbacks.eval_precision.precision]
     contenders = {f"limit@{p}": Limit(cfg, p).run for p in _precisions(_device(cfg))}
+    contenders[f"limit@{train_p}{SORTED}"] = Limit(cfg, train_p, "sorted").run
     skip = set(args.skip.split(","))
     if not {"plain", "hf_trainer"} <= skip:
         data = HFData(cfg)
@@ -457,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     fw = rows["ner_lightning"]
     print(f"ner_lightning (training {fw['precision']['train']}, evaluation {fw['precision']['eval']}), medians of "
           f"{args.rounds} rounds: train {ratio['train_vs_limit']:.0%} of the limit ({best['train']}), eval "
-          f"{ratio['eval_vs_limit']:.0%} of the limit ({best['eval']})")
+          f"{ratio['eval_vs_limit']:.0%} of the limit ({best['eval']})"
+          + (f"; train {ratio['train_vs_sorted_limit']:.0%} of the sorted-batch reference" if "train_vs_sorted_limit" in ratio else ""))
     for name in ("plain", "hf_trainer"):
         if f"time_vs_{name}" in ratio:
             print(f"time (train + test) ner_lightning / {name}: {ratio[f'time_vs_{name}']:.2f}x")

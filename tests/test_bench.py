@@ -28,13 +28,14 @@ def test_the_limits_timed_steps_make_no_conversion_and_no_data_sized_operation(t
     args = bench_ce._arguments(["--model", "tiny", "--size", "8", "--epochs", "1", *_toy(toy_data_dir)])
     limit = bench_ce.Limit(bench_ce._config(args, tmp_path), precision)
     encoder = limit.encoder
-    encoder.pack = False
     head = torch.nn.Linear(encoder.hidden_size, limit.n_labels)
     opt = bench_ce._fastest_adamw([*encoder.parameters(), *head.parameters()], lr=1e-3)
-    assert len(limit.train_batches) > 1 and len(limit.test_batches) > 1
+    batches = [b for epoch in limit.train_epochs for b in epoch]
+    assert len(batches) > 1 and len(limit.test_batches) > 1
     where = collections.Counter()
+    encoder.pack = True  # the framework's batches run packed, by their plans
     with count_conversions(where):
-        for b in limit.train_batches:
+        for b in batches:
             bench_ce.train_step(encoder, head, opt, precision, b)
         encoder.eval()
         encoder.pack = True  # evaluation decides per batch whether to pack, from the plan's shapes (host data)
@@ -43,7 +44,7 @@ def test_the_limits_timed_steps_make_no_conversion_and_no_data_sized_operation(t
                 bench_ce.eval_step(encoder, b)
     assert where == collections.Counter(), where
     # the control: the same step given a batch without its plan asks the device for the lengths
-    b = dict(limit.train_batches[0], pack=None)
+    b = dict(batches[0], pack=None)
     encoder.train()
     encoder.pack = True
     with count_conversions() as counts:
@@ -100,13 +101,29 @@ def test_rounds_interleave_every_contender_in_a_rotated_order():
     assert order[:9] == list("abc" "bca" "cab")
 
 
+def test_the_limit_trains_on_the_framework_s_batches_epoch_by_epoch(tmp_path, toy_data_dir):
+    args = bench_ce._arguments(["--model", "tiny", "--size", "8", "--epochs", "2", *_toy(toy_data_dir)])
+    cfg = bench_ce._config(args, tmp_path)
+    from hydra.utils import instantiate
+
+    encoder = instantiate(cfg.model)
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    dm.setup("fit")
+    epochs = bench_ce.framework_epochs(dm, 2)
+    loader = dm.train_dataloader()
+    for epoch, batches in enumerate(epochs):  # what Lightning's loop draws: the sampler set to each epoch
+        loader.sampler.set_epoch(epoch)
+        assert [b["sentence_index"].tolist() for b in loader] == [b["sentence_index"].tolist() for b in batches]
+    assert [b["sentence_index"].tolist() for b in epochs[0]] != [b["sentence_index"].tolist() for b in epochs[1]]
+
+
 @pytest.mark.slow
 def test_make_bench_runs_five_interleaved_rounds_with_the_tiny_encoder(tmp_path, toy_data_dir):
     out = tmp_path / "bench.json"
     rc = bench_ce.main(["--model", "tiny", "--size", "8", "--epochs", "1", "--rounds", "5", "--min-ratio", "0",
                         "--out", str(out), *_toy(toy_data_dir)])
     report = json.loads(out.read_text())
-    assert set(report["runs"]) == {"limit@fp32", "limit@bf16", "plain", "hf_trainer", "ner_lightning"}
+    assert set(report["runs"]) == {"limit@fp32", "limit@bf16", "limit@fp32 sorted", "plain", "hf_trainer", "ner_lightning"}
     assert all(len(r) == 5 for r in report["runs"].values())
     assert rc == (1 if report["verdict"] else 0)
     assert report["best"]["train"].startswith("limit@") and 0 < report["ratios"]["train_vs_limit"]

@@ -109,6 +109,11 @@ def sorted_batches(items: list, batch_size: int, collate, length=lambda f: len(f
     return batches
 
 
+def as_built(batch: dict) -> dict:
+    """A pre-built batch as it is (a loader's default would walk it, layout tuples included)."""
+    return batch
+
+
 _SORTED: OrderedDict[tuple, tuple[list, list[dict]]] = OrderedDict()  # see shared_sorted_batches
 
 
@@ -357,7 +362,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         """Batches sorted by length, padded once per split and reused by every evaluation."""
         if split not in self._eval_batches:
             self._eval_batches[split] = self._pinned(self._sorted[split])
-        return DataLoader(self._eval_batches[split], batch_size=None, shuffle=False)
+        return DataLoader(self._eval_batches[split], batch_size=None, shuffle=False, collate_fn=as_built)
 
     def _pinned(self, batches: list[dict]) -> list[dict]:
         """On a GPU, batches kept in page-locked memory, so that moving them to the device does not

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from ner_lightning.data.alignment import collate_features
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
-from ner_lightning.data.datamodule import MAIN, EpochForwarding, LowResourceDataModule
+from ner_lightning.data.datamodule import MAIN, EpochForwarding, LowResourceDataModule, as_built
 from ner_lightning.data.sampling import sample_partition
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule
 
@@ -194,7 +194,7 @@ class MultiCorpusDataModule(LowResourceDataModule):
                 batches += self._pinned(self.sorted_batches([(c, f) for f in self.aux_features[name]["test"]],
                                                             collate, length=lambda item: len(item[1].input_ids)))
             self._eval_batches["test+aux"] = batches
-        return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False)
+        return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False, collate_fn=as_built)
 
 
 def singleaux_dev_scores(dirs: list[Path], dataset: str, size, partition: int, seed: int) -> dict[str, float]:
