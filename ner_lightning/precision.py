@@ -9,7 +9,9 @@
   training-sized batch and of forward passes on an evaluation-sized batch of the actual encoder
   (:func:`batch_shapes`: on a GPU, as large as a cell's evaluation batches),
   each round at least ``ROUND_S`` seconds (the device waited for at its end); a candidate's rate is
-  its median round, and a low precision wins only when it is at least ``MARGIN`` faster than fp32;
+  the median over rounds of its rate / fp32's rate in the same round (paired: untouched by the
+  machine's speed drifting between rounds), and a low precision wins only when that ratio is at least
+  ``MARGIN``;
 * a measurement is **trusted** only when the machine was not busy (the 1-minute load average
   below the core count, and on a CPU the process got at least ``MIN_CPU_SHARE`` of its threads'
   time) and in at least ``AGREE`` rounds the medians' choice is within ``MARGIN`` of the round's
@@ -181,6 +183,14 @@ def _choose(rates: dict[str, float]) -> str:
     return best if rates[best] >= MARGIN * fp32 else "32-true"
 
 
+def paired_ratios(rates: dict[str, list[float]]) -> dict[str, float]:
+    """Each candidate's median over rounds of its rate / fp32's rate *in the same round*: rounds
+    follow each other within seconds, so a round's ratio is untouched by the machine speeding up or
+    slowing down between rounds, which moves unpaired medians (fp32 is 1.0)."""
+    fp32 = rates["32-true"]
+    return {name: statistics.median(r / f for r, f in zip(rs, fp32)) for name, rs in rates.items()}
+
+
 def judge(measured: dict, load: tuple[float, int]) -> dict:
     """The choice for training and evaluation from :func:`measure_rounds`, each candidate's median
     rates (``measured``), and whether the choice can be trusted (``trusted``, with the reasons it
@@ -189,7 +199,8 @@ def judge(measured: dict, load: tuple[float, int]) -> dict:
     medians: dict[str, dict[str, float]] = {name: {} for name in rates}
     for stage in ("train", "eval"):
         median = {name: statistics.median(r[stage]) for name, r in rates.items()}
-        entry[stage] = _choose(median)
+        paired = paired_ratios({name: r[stage] for name, r in rates.items()})
+        entry[stage] = _choose(paired)
         rounds = [{name: r[stage][k] for name, r in rates.items()} for k in range(ROUNDS)]
         # a round agrees when the choice is within MARGIN of its fastest candidate: two low
         # precisions that tie (bf16 and fp16 on a GPU) may take turns without making it doubtful
@@ -199,6 +210,7 @@ def judge(measured: dict, load: tuple[float, int]) -> dict:
                           f"their fastest (fastest per round: {', '.join(_choose(rnd) for rnd in rounds)})")
         for name, value in median.items():
             medians[name][f"{stage}_tok_s"] = round(value, 1)
+            medians[name][f"{stage}_vs_fp32"] = round(paired[name], 3)
     loadavg, cores = load
     if loadavg >= cores:
         doubts.append(f"load average {loadavg:.2f} on {cores} cores before measuring")

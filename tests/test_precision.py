@@ -1,5 +1,6 @@
 """The precision a cell runs in is the fastest measured here, cached; flags only pre-filter."""
 import json
+import statistics
 
 import pytest
 from omegaconf import OmegaConf
@@ -221,7 +222,18 @@ def test_two_low_precisions_that_tie_leave_the_measurement_trusted():
     assert (entry["train"], entry["eval"], entry["trusted"]) == ("32-true", "16-mixed", True)
     rates["32-true"] = [1_684, 7_000, 1_684, 7_000, 1_684]  # fp32 the fastest in two rounds: doubtful
     entry = precision.judge({"rates": {n: {"train": [100] * 5, "eval": r} for n, r in rates.items()}}, (0.1, 16))
-    assert not entry["trusted"] and "eval: only 3 of 5 rounds had 16-mixed within 5%" in entry["doubts"][0]
+    assert not entry["trusted"] and f"eval: only 3 of 5 rounds had {entry['eval']} within 5%" in entry["doubts"][0]
+
+
+def test_candidates_are_compared_round_by_round_not_by_unpaired_medians():
+    """A 2-core Xeon with AMX (2026-11-27) whose speed drifted between rounds: bf16 the fastest in
+    4 of 5 rounds, yet fp32's median rate the higher (6,222 vs 3,000 tok/s). The median of the
+    per-round ratios chooses bf16, and 4 agreeing rounds trust it."""
+    rates = {"32-true": [6_222, 6_500, 7_000, 2_000, 1_500], "bf16-mixed": [7_000, 3_000, 8_000, 2_500, 1_800]}
+    assert statistics.median(rates["32-true"]) > statistics.median(rates["bf16-mixed"])
+    entry = precision.judge({"rates": {n: {"train": [100] * 5, "eval": r} for n, r in rates.items()}}, (0.1, 16))
+    assert (entry["eval"], entry["trusted"]) == ("bf16-mixed", True)
+    assert entry["measured"]["bf16-mixed"]["eval_vs_fp32"] == pytest.approx(8_000 / 7_000, abs=1e-3)
 
 
 def test_measure_force_keeps_the_cached_entry_when_the_new_measurement_is_untrusted(timing, tiny, monkeypatch,

@@ -39,6 +39,7 @@ from ner_lightning.report.runs import choose_on_dev, load_runs, load_trials, mix
 from ner_lightning.report.tables import (
     baseline_row_value, comparison_table, comparisons, corpus_average_table, paper_table, summary_table,
 )
+from ner_lightning.results import time_spent
 
 
 def parser() -> argparse.ArgumentParser:
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"Chosen on dev ({args.select_on_dev}):\n" + "\n".join(f"- {c}" for c in chosen) + "\n")
     _refuse_guesses(runs, by, metrics, pool, args.baseline)
     print(summary_table(runs, by, metrics, args.resamples, args.seed))
+    spent = time_spent(runs)
+    if spent:
+        print(f"\n{spent[0].upper()}{spent[1:]}")
     if args.choose:
         print(f"\nChosen on dev ({args.choose}; mean best-dev monitor over the partitions every value ran on):")
         for c in choose_on_dev(runs, args.choose, by):

@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from ner_lightning import run_store
-from ner_lightning.results import write_json_atomic
+from ner_lightning.results import time_spent, write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import accelerator_restored
 
@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     last = status["manifest"]["invocations"][-1] if status["manifest"].get("invocations") else {}
     print(f"{args.sweep_dir}: {len(rows)} cells — " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES)
           + (f" | last started {last.get('started')}" if last else "") + _eta(rows))
+    spent = time_spent([r["results"] for r in rows if r["state"] == "done"])
+    if spent:
+        print(f"  {spent}")
     if placement(rows):
         print(f"  running: {placement(rows)}")
     for r in rows:
