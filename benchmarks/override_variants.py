@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timing import timed_process  # noqa: E402  (benchmarks/timing.py)
+from timing import fit_seconds, timed_process  # noqa: E402  (benchmarks/timing.py)
 
 
 def run_variant(base: list[str], overrides: list[str], out_dir: Path) -> dict:
@@ -42,7 +42,7 @@ def main() -> None:
                      "test_f1": r["test"]["micro"]["f1"], "precision": r["precision"], "process_s": r["process_s"]})
         ratio = tp["eval_tokens_per_s"] / rows[0]["eval_tokens_per_s"]
         print(f"| {variant or '(base)'} | {tp['eval_tokens_per_s']:,.0f} | {tp['train_tokens_per_s']:,.0f} | "
-              f"{r['phase_s']['fit']:.1f} | {r['phase_s']['test']:.1f} | {r['test']['micro']['f1']:.4f} | {ratio:.2f} |",
+              f"{fit_seconds(r['phase_s']):.1f} | {r['phase_s']['test']:.1f} | {r['test']['micro']['f1']:.4f} | {ratio:.2f} |",
               flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"base": args.base, "rows": rows, "argv": sys.argv}, indent=2))

@@ -21,6 +21,15 @@ def timed_process(cmd: Sequence[str], cwd: Path | None = None, log: Path | None 
     return rc, seconds
 
 
+def fit_seconds(phase_s: dict) -> float:
+    """A cell's fit (training and its dev evaluations, with the checkpoint writes between them) from
+    its ``results.json`` ``phase_s``: ``train + dev + writes`` of the process clock, or the ``fit``
+    of a results.json written before that clock."""
+    if "fit" in phase_s:
+        return phase_s["fit"]
+    return phase_s["train"] + phase_s["dev"] + phase_s.get("writes", 0.0)
+
+
 def best_rate(run_pass: Callable[[], int], rounds: int) -> float:
     """Units per second of the fastest of ``rounds`` calls of ``run_pass`` (which returns the units
     it processed: tokens, sentences): the least disturbed measurement of a shared machine."""
