@@ -79,6 +79,20 @@ def test_the_verdict_refuses_a_framework_faster_than_its_limit(ratio, expected):
     assert (failed is None) if expected is None else (expected in failed)
 
 
+def test_ratios_are_medians_of_the_ratios_within_each_round():
+    def run(train_s, eval_s):
+        return {"train_s": train_s, "eval_s": eval_s, "train_real_tokens": 100, "eval_real_tokens": 100}
+
+    # the VM slows down from round to round: each round's ratio stays 0.9 (train) and 0.8 (eval)
+    limit = [run(1.0, 1.0), run(2.0, 2.0), run(4.0, 4.0)]
+    fw = [run(1 / 0.9, 1 / 0.8), run(2 / 0.9, 2 / 0.8), run(4 / 0.9, 4 / 0.8)]
+    trainer = [run(2.0, 1.0), run(10.0, 1.0), run(6.0, 3.0)]
+    out = bench_ce.ratios({"limit@fp32": limit, "ner_lightning": fw, "hf_trainer": trainer},
+                          {"train": "limit@fp32", "eval": "limit@fp32"})
+    assert out["train_vs_limit"] == pytest.approx(0.9) and out["eval_vs_limit"] == pytest.approx(0.8)
+    assert out["time_vs_hf_trainer"] == pytest.approx((1 / 0.9 + 1 / 0.8) / 3)  # the middle of 0.79, 0.43, 1.05
+
+
 def test_medians_and_spread_of_the_rounds():
     runs = [{"train_s": s, "eval_s": 1.0, "train_real_tokens": 100, "eval_real_tokens": 50, "test_f1": f}
             for s, f in ((2.0, 0.5), (4.0, 0.7), (1.0, 0.6))]
