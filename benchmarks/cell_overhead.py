@@ -24,7 +24,7 @@ from timing import timed_process  # benchmarks/timing.py
 
 REPO = Path(__file__).resolve().parents[1]
 CELL = ["debug=tiny", "trainer.enable_progress_bar=false"]
-SWEEP = ["-m", "debug=tiny", "loss=ce,focal", "size=20,50", "partition=0,1", "trainer.enable_progress_bar=false"]
+SWEEP = ["debug=tiny", "loss=ce,focal", "size=20,50", "partition=0,1", "trainer.enable_progress_bar=false"]
 
 
 def one_cell(checkout: Path, out: Path, data_dir: str) -> dict:
@@ -35,7 +35,7 @@ def one_cell(checkout: Path, out: Path, data_dir: str) -> dict:
 
 
 def eight_cells(checkout: Path, out: Path, data_dir: str) -> dict:
-    _, wall = timed_process([sys.executable, "-m", "ner_lightning.run", f"hydra.sweep.dir={out}",
+    _, wall = timed_process([sys.executable, "-m", "ner_lightning.run", "-m", f"hydra.sweep.dir={out}",
                              f"paths.data_dir={data_dir}", *SWEEP], cwd=checkout)
     results = [json.loads(p.read_text()) for p in sorted(out.glob("*/results.json"))]
     if len(results) != 8:
