@@ -346,13 +346,15 @@ class LowResourceDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         feats = self.features["train"]
+        pin = self._on_gpu()  # page-locked batches: their copy to the GPU does not wait
         if self.group_by_length:
             sampler = LengthGroupedBatchSampler([len(f.input_ids) for f in feats], self.batch_size,
                                                 self.shuffle_seed, self.length_window)
-            return DataLoader(feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers)
+            return DataLoader(feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers,
+                              pin_memory=pin)
         return DataLoader(
             feats, batch_size=self.batch_size, sampler=EpochShuffleSampler(len(feats), self.shuffle_seed),
-            collate_fn=self._collate(), num_workers=self.num_workers,
+            collate_fn=self._collate(), num_workers=self.num_workers, pin_memory=pin,
         )
 
     def sorted_batches(self, items: list, collate, length=lambda f: len(f.input_ids)) -> list[dict]:
@@ -367,10 +369,14 @@ class LowResourceDataModule(pl.LightningDataModule):
     def _pinned(self, batches: list[dict]) -> list[dict]:
         """On a GPU, batches kept in page-locked memory, so that moving them to the device does not
         wait (Lightning copies with ``non_blocking``); elsewhere as they are."""
-        trainer = self.trainer
-        if trainer is None or trainer.strategy.root_device.type != "cuda":
+        if not self._on_gpu():
             return batches
         return [apply_to_collection(b, torch.Tensor, torch.Tensor.pin_memory) for b in batches]
+
+    def _on_gpu(self) -> bool:
+        """Whether the run's Trainer puts the model on a GPU."""
+        trainer = self.trainer
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("dev")
