@@ -29,7 +29,9 @@ a ratio the median of the ratios within each round.
 The plain loop and the Trainer train and evaluate in the framework's precisions. The whole
 process runs with the framework's heap setting (``runtime.malloc_top_pad_mb``), its
 deterministic-algorithms setting (``trainer.deterministic``) and its tensor-fill setting, set
-once before the first round, so that no contender runs under settings another does not.
+once before the first round, and what the set-up made is frozen for the garbage collector (as a
+cell's process freezes what its imports made), so that no contender runs under settings another
+does not.
 Throughput = real (non-padding) sub-word tokens / wall seconds of the phase (GPU work waited for
 before each clock reading).
 
@@ -41,6 +43,7 @@ wrong, not the framework right) or below ``--min-ratio`` of it.
 from __future__ import annotations
 
 import argparse
+import gc
 import inspect
 import json
 import statistics
@@ -499,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
             contenders["hf_trainer"] = lambda: run_hf_trainer(data, train_p, eval_p, out_dir)
     count = iter(range(10 ** 6))
     contenders["ner_lightning"] = lambda: run_framework(args, out_dir / f"ner_lightning_{next(count)}")
+    gc.collect()
+    gc.freeze()  # what the set-up made (encoders, data, imports) is never walked by a collection, as in a cell's process
     runs = rounds(contenders, args.rounds)
     rows = {name: summarise(r) for name, r in runs.items()}
     best = best_limits(rows)

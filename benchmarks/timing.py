@@ -1,12 +1,12 @@
-"""The timing harness every benchmark here uses: a timed child process, and the best rate of
-several rounds of an in-process pass. Compare figures only within one invocation: the VMs we
-run on vary up to 2x in speed from one day to the next."""
+"""What the benchmarks here share: a timed child process, and a cell's fit read from its
+``results.json``. Compare figures only within one invocation: the VMs we run on vary up to 2x in
+speed from one day to the next (``bench_ce.py`` interleaves its contenders in rounds)."""
 from __future__ import annotations
 
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 
 def timed_process(cmd: Sequence[str], cwd: Path | None = None, log: Path | None = None, check: bool = True,
@@ -28,14 +28,3 @@ def fit_seconds(phase_s: dict) -> float:
     if "fit" in phase_s:
         return phase_s["fit"]
     return phase_s["train"] + phase_s["dev"] + phase_s.get("writes", 0.0)
-
-
-def best_rate(run_pass: Callable[[], int], rounds: int) -> float:
-    """Units per second of the fastest of ``rounds`` calls of ``run_pass`` (which returns the units
-    it processed: tokens, sentences): the least disturbed measurement of a shared machine."""
-    best = 0.0
-    for _ in range(rounds):
-        t = time.perf_counter()
-        n = run_pass()
-        best = max(best, n / (time.perf_counter() - t))
-    return best
