@@ -7,8 +7,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "conf"
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent  # the checkout (an installed wheel: the folder the package lies in)
+CONFIG_DIR = PACKAGE_DIR / "conf"  # in a checkout a link to its conf/; a wheel carries the files
+
+
+def root_dir() -> Path:
+    """``paths.root_dir`` (``${repo_root:}``): the checkout the package runs from; for a package
+    installed from a wheel, the working folder (the data root then defaults to ``../shared/datasets``
+    beside it; ``NER_DATA_DIR`` sets it)."""
+    return REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
 
 
 def compose_config(overrides: list[str], output_dir: str | Path):

@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ner_lightning.clock import PROCESS
-from ner_lightning.config import REPO_ROOT
+from ner_lightning.config import root_dir
 
 
 def package_dir(package: str, sub: str = "") -> str:
@@ -32,7 +32,7 @@ def package_dir(package: str, sub: str = "") -> str:
 
 def register_resolvers() -> None:
     resolvers = {
-        "repo_root": lambda: str(REPO_ROOT), "package_dir": package_dir,
+        "repo_root": lambda: str(root_dir()), "package_dir": package_dir,
         "if_null": lambda value, default: default if value is None else value,
         "sweep_cell": _sweep_cell, "parallel_jobs": _parallel_jobs, "cells_per_gpu": _cells_per_gpu, "best_precision": _best_precision,
         "fused_adamw": _fused_adamw, "eval_batch_tokens": _eval_batch_tokens, "at_most": _at_most, "folder_name": _folder_name, "cell_run_id": _cell_run_id,
