@@ -120,11 +120,13 @@ def loadable(path: Path) -> bool:
     return zipfile.is_zipfile(path)
 
 
-def train(cfg: DictConfig, resume: Path | None = None, cell: Cell = Cell()) -> CellResult:
+def train(cfg: DictConfig, resume: Path | None = None, cell: Cell | None = None) -> CellResult:
     """Run one grid cell and write its ``results.json``. ``resume``: a ``last.ckpt`` of this same
     config to continue from (model, optimiser, schedule, loops, RNG, history). Every second since
     the process started (or since the previous cell of this process took its share) is charged to
-    a phase of ``phase_s`` (``ner_lightning/clock.py``)."""
+    a phase of ``phase_s`` (``ner_lightning/clock.py``). ``cell``: who the run is in its sweep
+    (default: a run of its own)."""
+    cell = cell or Cell()
     out_dir = Path(cfg.paths.output_dir)
     with PROCESS.phase("model"):
         pl.seed_everything(cfg.init_seed, workers=True, verbose=False)
@@ -226,9 +228,10 @@ def _log_result(cfg: DictConfig, r: CellResult) -> None:
 
 
 # --- tuning --------------------------------------------------------------------------------------
-def tune(cfg: DictConfig, cell: Cell = Cell()) -> float:
+def tune(cfg: DictConfig, cell: Cell | None = None) -> float:
     """One sweeper trial: the cell on each of ``tune_partitions`` (in ``partition<k>/``), and the
     mean of their best-dev ``monitor`` values, also written to ``tune.json``."""
+    cell = cell or Cell()
     out_dir = Path(cfg.paths.output_dir)
     values, started = {}, time.perf_counter()
     for p in cfg.tune_partitions:
@@ -276,10 +279,11 @@ def _singleaux_candidate(cfg: DictConfig, cell: Cell, name: str) -> CellResult:
     return result
 
 
-def singleaux(cfg: DictConfig, cell: Cell = Cell()) -> CellResult:
+def singleaux(cfg: DictConfig, cell: Cell | None = None) -> CellResult:
     """SingleAux as the MUNCHABLES paper runs it (§4.1): one auxiliary-learning run per auxiliary,
     and the one with the best main-dev ``monitor`` is the cell's result. A rerun keeps the
     candidates already finished."""
+    cell = cell or Cell()
     done = {name: _singleaux_candidate(cfg, cell, name) for name in singleaux_candidates(cfg)}
     best = max(done, key=lambda n: done[n].dev_monitor)
     result = copy.copy(done[best])

@@ -23,6 +23,18 @@ def _toy(toy_data_dir) -> list[str]:
             "data.batch_size=4", "data.eval_batch_size=2"]
 
 
+def _encoder_and_data(tmp_path, toy_data_dir, epochs: int):
+    """The benchmark's tiny encoder and its data module, set up, on the toy corpus."""
+    from hydra.utils import instantiate
+
+    args = bench_ce._arguments(["--model", "tiny", "--size", "8", "--epochs", str(epochs), *_toy(toy_data_dir)])
+    cfg = bench_ce._config(args, tmp_path)
+    encoder = instantiate(cfg.model)
+    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
+    dm.setup("fit")
+    return encoder, dm
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_limits_timed_steps_make_no_conversion_and_no_data_sized_operation(tmp_path, toy_data_dir, precision):
     args = bench_ce._arguments(["--model", "tiny", "--size", "8", "--epochs", "1", *_toy(toy_data_dir)])
@@ -53,15 +65,9 @@ def test_the_limits_timed_steps_make_no_conversion_and_no_data_sized_operation(t
 
 
 def test_a_limit_batch_selects_the_real_words_as_the_mask_does(tmp_path, toy_data_dir):
-    args = bench_ce._arguments(["--model", "tiny", "--size", "8", "--epochs", "1", *_toy(toy_data_dir)])
-    cfg = bench_ce._config(args, tmp_path)
-    from hydra.utils import instantiate
-
     from ner_lightning.data.alignment import collate_features
 
-    encoder = instantiate(cfg.model)
-    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
-    dm.setup("fit")
+    encoder, dm = _encoder_and_data(tmp_path, toy_data_dir, epochs=1)
     batch = collate_features(dm.features["train"][:4], encoder.tokenizer.pad_token_id)
     limit = bench_ce.limit_batch(batch, torch.device("cpu"))
     grid = torch.arange(batch["word_mask"].numel()).view(batch["word_mask"].shape)
@@ -116,13 +122,7 @@ def test_rounds_interleave_every_contender_in_a_rotated_order():
 
 
 def test_the_limit_trains_on_the_framework_s_batches_epoch_by_epoch(tmp_path, toy_data_dir):
-    args = bench_ce._arguments(["--model", "tiny", "--size", "8", "--epochs", "2", *_toy(toy_data_dir)])
-    cfg = bench_ce._config(args, tmp_path)
-    from hydra.utils import instantiate
-
-    encoder = instantiate(cfg.model)
-    dm = instantiate(cfg.data, tokenizer=encoder.tokenizer)
-    dm.setup("fit")
+    _, dm = _encoder_and_data(tmp_path, toy_data_dir, epochs=2)
     epochs = bench_ce.framework_epochs(dm, 2)
     loader = dm.train_dataloader()
     for epoch, batches in enumerate(epochs):  # what Lightning's loop draws: the sampler set to each epoch
