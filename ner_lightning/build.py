@@ -28,7 +28,13 @@ def overrides() -> list[str]:
 
 
 def check_protocol(cfg: DictConfig) -> None:
-    """Refuse configs whose model selection would read the training data."""
+    """Refuse configs whose model selection would read the training data, or whose training would
+    never end (``trainer=batch_budget`` without the budget of ``callbacks=batch_budget``)."""
+    max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
+    if cfg.trainer.get("max_epochs") == -1 and max_steps in (None, -1) and not (cfg.get("callbacks") or {}).get("batch_budget"):
+        raise ValueError("trainer.max_epochs=-1 (trainer=batch_budget) with nothing that ends training: add "
+                         "callbacks=batch_budget (the budget in batches, callbacks.batch_budget.batches) or set "
+                         "trainer.max_steps")
     ckpt = (cfg.get("callbacks") or {}).get("model_checkpoint")
     if cfg.data.get("train_on_dev") and ckpt and ckpt.get("monitor") is not None:
         raise ValueError("data.train_on_dev=true trains on the dev sentences, so selecting the checkpoint on dev "

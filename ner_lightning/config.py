@@ -146,12 +146,6 @@ def check_values(cfg: DictConfig) -> DictConfig:
                          "training ends by a batch budget or trainer.max_steps)")
     if max_epochs is not None and max_epochs > 0 and min_epochs > max_epochs:
         raise ValueError(f"trainer.min_epochs={min_epochs} > trainer.max_epochs={max_epochs}: lower min_epochs")
-    max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
-    budget = OmegaConf.select(cfg, "callbacks.batch_budget", default=None)
-    if max_epochs == -1 and max_steps in (None, -1) and budget is None:
-        raise ValueError("trainer.max_epochs=-1 (trainer=batch_budget) with nothing that ends training: add "
-                         "callbacks=batch_budget (the budget in batches, callbacks.batch_budget.batches) or set "
-                         "trainer.max_steps")
     _check_one_device(OmegaConf.select(cfg, "trainer.devices", default=1))
     return cfg
 

@@ -218,9 +218,10 @@ def test_sentences_seen_keeps_whole_sentences_only():
     assert renumbered == [(0, 0, [0, 0]), (0, 2, [3]), (1, 0, [0])]
 
 
-def test_a_batch_budget_trainer_without_its_budget_is_refused_naming_it(toy_cfg):
+def test_a_batch_budget_trainer_without_its_budget_is_refused_naming_it(toy_cfg, tmp_path):
     endless = ("trainer.max_epochs=-1", "trainer.min_epochs=0")  # what trainer=batch_budget sets
     with pytest.raises(ValueError, match="trainer.max_epochs=-1 .* add callbacks=batch_budget"):
-        toy_cfg(*endless)
-    assert toy_cfg(*endless, "callbacks=batch_budget").callbacks.batch_budget.batches == 300
-    assert toy_cfg(*endless, "+trainer.max_steps=40").trainer.max_epochs == -1
+        train(toy_cfg(*endless))
+    assert not (tmp_path / "run" / "partition.json").exists()  # refused before anything ran
+    assert train(toy_cfg(*BUDGET))["global_steps"] > 0
+    assert train(toy_cfg(*endless, "+trainer.max_steps=3"))["global_steps"] == 3
