@@ -23,7 +23,7 @@ from ner_lightning.data.packing import pack_plan
 
 IGNORE_INDEX = -100
 
-_PIECE_CACHE: dict[tuple[str, str], dict[str, list[int]]] = {}
+_PIECE_CACHE: dict[tuple[str, ...], dict[str, list[int]]] = {}
 _ENCODED: OrderedDict[tuple, list[Feature]] = OrderedDict()  # (aligner frame, labels, sentences) -> features
 ENCODED_KEPT = 8  # splits kept encoded (dev and test of a few corpora)
 
@@ -70,7 +70,10 @@ class SubwordAligner:
         self.n_special = len(self.prefix) + len(self.suffix)
         if self.max_length <= self.n_special:
             raise ValueError(f"max_length={max_length} leaves no room for tokens")
-        self._piece_key = (tokenizer.__class__.__name__, str(getattr(tokenizer, "name_or_path", id(tokenizer))))
+        # a tokenizer: its class, name and the settings that change its pieces (RoBERTa's add_prefix_space)
+        self._piece_key = (tokenizer.__class__.__name__, str(getattr(tokenizer, "name_or_path", id(tokenizer))),
+                           repr(tokenizer.init_kwargs.get("add_prefix_space")),
+                           repr(tokenizer.init_kwargs.get("do_lower_case")))
         self._pieces = _PIECE_CACHE.setdefault(self._piece_key, {})
 
     def word_pieces(self, words: Sequence[str]) -> list[list[int]]:
