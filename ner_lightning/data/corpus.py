@@ -176,17 +176,22 @@ def _parsed(path: Path, size: int, mtime_ns: int, delimiter: str, tag_scheme: st
             tags.clear()
 
     prev_type: str | None = None  # entity type of the previous token (None: O or sentence start)
-    for lineno, line in _decoded_lines(path):
+    checked: dict[tuple[str, str | None], str | None] = {}  # (tag, previous type) -> its type, once checked
+    for lineno, line in _text_lines(path):
         if not line.strip() or line.startswith("-DOCSTART-"):
             flush()
             prev_type = None
             continue
-        where = f"{path}:{lineno}: {line!r}"
-        cols, n_cols = _columns(line, delimiter, n_cols, where)
+        cols = line.split(delimiter)
+        if len(cols) != n_cols:  # the first token line, or a wrong one: checked, naming the line
+            cols, n_cols = _columns(line, delimiter, n_cols, f"{path}:{lineno}: {line!r}")
         token, tag = cols[0], cols[tag_column]
         if not token:
-            raise CorpusFormatError(f"{where}: empty token")
-        prev_type = _entity_type(tag, tag_scheme, prev_type, allowed, where)
+            raise CorpusFormatError(f"{path}:{lineno}: {line!r}: empty token")
+        key = (tag, prev_type)
+        if key not in checked:
+            checked[key] = _entity_type(tag, tag_scheme, prev_type, allowed, f"{path}:{lineno}: {line!r}")
+        prev_type = checked[key]
         tokens.append(token)
         tags.append(tag)
     flush()
@@ -205,6 +210,18 @@ def write_conll(path: str | os.PathLike, tokens: Sequence[Sequence[str]], *colum
         rows = zip(words, *(column[i] for column in columns))
         lines.append("".join("\t".join(row) + "\n" for row in rows) + "\n")
     return write_atomic(path, lambda fh: fh.write("".join(lines).encode()), fsync=False)
+
+
+def _text_lines(path: Path) -> Iterable[tuple[int, str]]:
+    """(line number, line without its end) of a UTF-8 file, decoded at once; a file that is not
+    UTF-8 is read again line by line to name the line (:func:`_decoded_lines`)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        yield from _decoded_lines(path)  # raises, naming the line
+        return
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        yield lineno, line.rstrip("\r")
 
 
 def _decoded_lines(path: Path) -> Iterable[tuple[int, str]]:
