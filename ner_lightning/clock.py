@@ -68,11 +68,11 @@ class PhaseClock:
 
     def close(self, name: str) -> None:
         """Close ``name`` (the innermost open phase; a phase left open by an error inside it is
-        closed with it)."""
+        closed with it); a phase that is not open is left alone."""
         self._charge(time.perf_counter())
-        while self._stack:
-            if self._stack.pop() == name:
-                return
+        if name in self._stack:
+            while self._stack.pop() != name:
+                pass
 
     def close_all(self) -> None:
         """Close every open phase (the end of ``startup``: the cell's own phases follow)."""

@@ -50,6 +50,10 @@ def test_a_phase_left_open_by_an_error_is_closed_with_it():
             raise RuntimeError
     _wait(0.01)
     assert clock.take()["unaccounted"] >= 0.01
+    with clock.phase("train"):
+        clock.close("dev")  # not open: train stays open
+        _wait(0.01)
+    assert clock.take()["phases"]["train"] >= 0.01
 
 
 def test_the_process_clock_starts_when_the_process_did():
