@@ -14,7 +14,7 @@
   ``MARGIN``;
 * a measurement is **trusted** only when the machine was not busy (the 1-minute load average
   below the core count, and on a CPU the process got at least ``MIN_CPU_SHARE`` of its threads'
-  time) and in at least ``AGREE`` rounds the medians' choice is within ``MARGIN`` of the round's
+  time) and in at least ``AGREE`` rounds the choice is within ``MARGIN`` of the round's
   fastest candidate (two low precisions that tie may take turns). An untrusted measurement
   is never cached: the run says why and uses the cached entry if there is one, else ``32-true``;
 * a trusted result is cached per (device, CPU model and flags, torch version, encoder, batch
@@ -51,7 +51,7 @@ TRAIN_BATCH = (8, 48)  # sentences x sub-words: data.batch_size, a long CoNLL-20
 EVAL_BATCH = (64, 32)  # data.eval_batch_size, a length-sorted batch of mid-length sentences
 ROUNDS = 5  # interleaved rounds per candidate and stage
 ROUND_S = 0.5  # seconds a round lasts at least
-AGREE = 4  # rounds that must choose what the medians choose
+AGREE = 4  # rounds whose fastest candidate the choice must be within MARGIN of
 MIN_CPU_SHARE = 0.75  # CPU: the process's CPU time / (wall time x threads) below this = another job competed
 MARGIN = 1.05  # a low precision must be this much faster than fp32 to be chosen
 SAFE = "32-true"
@@ -266,7 +266,7 @@ def _measure(path: Path, key: str, model: dict, names: list[str], why: str, devi
     figures = ", ".join(f"{n} train {m['train_tok_s']:,.0f} / eval {m['eval_tok_s']:,.0f} tok/s" for n, m in measured.items())
     if verdict["trusted"]:
         entry = {"train": verdict["train"], "eval": verdict["eval"], "measured": measured,
-                 "why": f"measured ({why}) in {seconds:.1f} s, {ROUNDS} interleaved rounds, medians"}
+                 "why": f"measured ({why}) in {seconds:.1f} s, {ROUNDS} interleaved rounds, paired ratios to fp32"}
         from ner_lightning.results import write_json_atomic
 
         write_json_atomic(path, {**_read(path), key: entry})
