@@ -225,3 +225,21 @@ def test_a_batch_budget_trainer_without_its_budget_is_refused_naming_it(toy_cfg,
     assert not (tmp_path / "run" / "partition.json").exists()  # refused before anything ran
     assert train(toy_cfg(*BUDGET))["global_steps"] > 0
     assert train(toy_cfg(*endless, "+trainer.max_steps=3"))["global_steps"] == 3
+
+
+def test_step_losses_sum_a_batchs_steps_weigh_batches_by_rows_and_find_the_first_nonfinite():
+    import torch
+
+    from ner_lightning.models.step_losses import StepLosses
+
+    kept = StepLosses()
+    kept.add(torch.tensor(1.0), batch=0, global_step=0, epoch=0, rows=2)
+    kept.add(torch.tensor([0.5]), batch=0, global_step=1, epoch=0, rows=2)  # a second step of batch 0 (libauc shape)
+    kept.add(torch.tensor(3.0), batch=1, global_step=2, epoch=0, rows=1)
+    assert [loss.item() for _, loss in kept.batches()] == [1.5, 3.0]
+    assert kept.epoch_mean(0).item() == pytest.approx((1.5 * 2 + 3.0 * 1) / 3) and kept.epoch_mean(1) is None
+    assert kept.first_nonfinite() is None
+    kept.add(torch.tensor(float("nan")), batch=2, global_step=3, epoch=0, rows=2)
+    kept.add(torch.tensor(float("inf")), batch=3, global_step=4, epoch=0, rows=2)
+    assert kept.first_nonfinite().global_step == 3 and kept.first_nonfinite() is None  # each record read once
+    assert len(kept.take()) == 4 and kept.steps == []

@@ -33,6 +33,7 @@ from ner_lightning.data.corpus import OUTSIDE, LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.models.step_losses import StepLosses
 from ner_lightning.optim import set_pdsca_phase
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
@@ -102,16 +103,6 @@ class TrainingRecord:
     eval_precision: str | None  # the precision dev/test ran in (None: trainer.precision)
 
 
-class StepLoss(NamedTuple):
-    """One training step's loss (on the device) and where it was taken."""
-
-    batch: int  # the batch's index in the fit (the logging step)
-    global_step: int  # optimiser steps before it
-    epoch: int
-    loss: torch.Tensor  # a scalar
-    rows: int  # the batch's rows (examples)
-
-
 class Step(NamedTuple):
     """One optimiser step of a multi-step batch: ``kind`` ("ce" or "auc", read by PDSCA) and a
     callable doing a fresh forward pass and returning the step's loss."""
@@ -171,8 +162,7 @@ class NERModule(pl.LightningModule):
         self.train_batches = 0
         self.forward_passes = 0  # training forward passes (one per optimiser step)
         self.clip_val: float | None = None  # manual optimisation: the Trainer's clipping, taken over
-        self._watched: list[StepLoss] = []  # optimiser steps' losses since the last finite check, on the device
-        self._step_losses: list[StepLoss] = []  # this epoch's batch losses (and rows), on the device
+        self.step_losses = StepLosses()  # this epoch's training losses, on the device
         self.scores: dict[str, dict] = {}  # latest span scores per stage
         self.history: list[dict] = []  # dev scores of every validation epoch
         self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
@@ -260,15 +250,13 @@ class NERModule(pl.LightningModule):
     def _training_step(self, batch: dict) -> torch.Tensor | None:
         self.train_batches += 1
         if self.automatic_optimization:
-            loss = self._watch_finite(self.training_loss(batch))
+            loss = self._keep_loss(self.training_loss(batch), batch)
             self.forward_passes += 1
-            self._log_loss(loss, batch)
             return loss
         opt, sched = self.optimizers(), self.lr_schedulers()
-        total = None
         for step in self.optimisation_steps(batch):
             set_pdsca_phase(opt, auc=step.kind == "auc")
-            loss = self._watch_finite(step.loss())
+            loss = self._keep_loss(step.loss(), batch)
             self.forward_passes += 1
             opt.zero_grad()
             self.manual_backward(loss)
@@ -276,70 +264,47 @@ class NERModule(pl.LightningModule):
                 self.clip_gradients(opt, gradient_clip_val=self.clip_val, gradient_clip_algorithm="norm")
             opt.step()
             self.after_optimizer_step()
-            total = loss.detach() if total is None else total + loss.detach()
         sched.step()
-        self._log_loss(total, batch)
         return None
 
-    def _watch_finite(self, loss: torch.Tensor) -> torch.Tensor:
-        """Keep an optimiser step's loss (on the device) with where it was taken, for
-        :meth:`check_finite`: nothing else per step."""
-        self._watched.append(StepLoss(self.train_batches - 1, self.global_step, self.current_epoch,
-                                      loss.detach().float().sum(), 0))  # a libauc loss has shape (1,)
+    def _keep_loss(self, loss: torch.Tensor, batch: dict) -> torch.Tensor:
+        """Keep an optimiser step's loss on the device (:class:`StepLosses`), for the finite check,
+        the epoch's mean and the loggers."""
+        self.step_losses.add(loss, self.train_batches - 1, self.global_step, self.current_epoch,
+                             batch["input_ids"].size(0))
         return loss
 
     def check_finite(self) -> None:
         """A diverged run must fail (failure.json), never be reported with F1 0 as a result: the
         losses since the last check, read on the host once per evaluation and epoch, not per step."""
-        watched, self._watched = self._watched, []
-        if not watched:
-            return
-        finite = torch.isfinite(torch.stack([s.loss for s in watched]))
-        if bool(finite.all()):
-            return
-        first = watched[finite.tolist().index(False)]
-        raise FloatingPointError(
-            f"training loss is {first.loss.item()} at epoch {first.epoch}, step {first.global_step}: the run diverged; "
-            "try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)")
-
-    def _log_loss(self, loss: torch.Tensor, batch: dict) -> None:
-        """The batch's loss and rows, kept on the device for the epoch's mean (rows-weighted, as
-        Lightning's ``on_epoch`` mean is; :meth:`log_epoch_loss`) and the step losses
-        (:meth:`flush_step_losses`)."""
-        self._step_losses.append(StepLoss(self.train_batches - 1, self.global_step, self.current_epoch,
-                                          loss.detach().float().sum(), batch["input_ids"].size(0)))
+        first = self.step_losses.first_nonfinite()
+        if first is not None:
+            raise FloatingPointError(
+                f"training loss is {first.loss.item()} at epoch {first.epoch}, step {first.global_step}: the run "
+                "diverged; try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)")
 
     def epoch_loss(self) -> float | None:
         """Mean main-corpus training loss of the current (or just finished) epoch, read by the
         convergence tests of ``callbacks.schedules`` (``HeadModule`` tracks it per corpus)."""
-        mean = self._epoch_mean()
+        mean = self.step_losses.epoch_mean(self.current_epoch)
         return float(mean) if mean is not None else None
-
-    def _epoch_mean(self) -> torch.Tensor | None:
-        """The epoch's batch losses averaged over their rows (Lightning's ``on_epoch`` mean)."""
-        steps = [s for s in self._step_losses if s.epoch == self.current_epoch]
-        if not steps:
-            return None
-        rows = torch.tensor([s.rows for s in steps], dtype=torch.float32, device=steps[0].loss.device)
-        return (torch.stack([s.loss for s in steps]) * rows).sum() / rows.sum()
 
     def log_epoch_loss(self) -> None:
         """``train/loss_epoch`` (progress bar and loggers) once per epoch, not through ``self.log``
         at every step (~0.5 ms of Lightning's bookkeeping a step)."""
-        mean = self._epoch_mean()
+        mean = self.step_losses.epoch_mean(self.current_epoch)
         if mean is not None:
             self.log("train/loss_epoch", mean, on_step=False, on_epoch=True, prog_bar=True)
 
     def flush_step_losses(self) -> None:
-        """Log the steps' losses (``train/loss_step``, every ``trainer.log_every_n_steps``-th step
+        """Log the batches' losses (``train/loss_step``, every ``trainer.log_every_n_steps``-th batch
         as Lightning would) to the run's loggers: one transfer for the epoch."""
-        kept = [s for s in self._step_losses if (s.batch + 1) % self.trainer.log_every_n_steps == 0]
-        self._step_losses = []
+        kept = [(s, loss) for s, loss in self.step_losses.take() if (s.batch + 1) % self.trainer.log_every_n_steps == 0]
         if not kept or not self.loggers:
             return
-        values = torch.stack([s.loss for s in kept]).tolist()
+        values = torch.stack([loss for _, loss in kept]).tolist()
         for logger in self.loggers:
-            for s, value in zip(kept, values):
+            for (s, _), value in zip(kept, values):
                 logger.log_metrics({"train/loss_step": value, "epoch": s.epoch}, step=s.batch)
 
     def on_validation_start(self) -> None:
