@@ -69,15 +69,18 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress
               failure["error"], where)
 
 
-_FROZE_IMPORTS = []  # [True] once this process froze what its imports made
+_imports_frozen = False  # whether this process froze what its imports made (_freeze_imports)
 
 
 def _freeze_imports() -> None:
     """``gc.freeze()`` once, when the first cell starts: what the imports made (torch, Lightning,
     transformers: about a million objects) stays for the process's life, and no collection walks it
-    again (each full one took ~0.3 s). Later cells' garbage is collected as usual."""
-    gc.freeze()
-    _FROZE_IMPORTS.append(True)
+    again (each full one took ~0.3 s). Later cells' garbage is collected as usual (freezing again
+    would keep an earlier cell's cyclic garbage for good)."""
+    global _imports_frozen
+    if not _imports_frozen:
+        gc.freeze()
+        _imports_frozen = True
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
@@ -91,8 +94,7 @@ def main(cfg: DictConfig) -> float | None:
     ``failure.json`` and keeps the checkpoints for a rerun; a success writes ``results.json``
     and drops them."""
     PROCESS.close_all()  # the process's start-up (or, after an earlier cell of this process, the launcher's work) ends
-    if not _FROZE_IMPORTS:
-        _freeze_imports()
+    _freeze_imports()
     console.quiet(cfg.runtime.quiet)
     out_dir = Path(cfg.paths.output_dir)
     progress = protocols.Progress()  # where training is, for failure.json

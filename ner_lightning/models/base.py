@@ -237,12 +237,6 @@ class NERModule(pl.LightningModule):
         return labels.masked_fill(~batch["word_mask"], -100)
 
     # --- Lightning hooks -------------------------------------------------------------------------
-    def transfer_batch_to_device(self, batch: dict, device: torch.device, dataloader_idx: int) -> dict:
-        """The batch's tensors (and packing plan) to ``device``; its :class:`BatchLayout` stays as it
-        is — host data, whose tuples Lightning's generic walk would visit number by number (~1 ms a
-        batch)."""
-        return {key: value if key == "layout" else move_data_to_device(value, device) for key, value in batch.items()}
-
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         with self._full_precision():
             return self._training_step(batch)
