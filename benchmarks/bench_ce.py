@@ -150,6 +150,30 @@ def framework_epochs(dm, epochs: int) -> list[list[dict]]:
     return out
 
 
+class LimitInputs:
+    """What every limit contender shares, built once and on the device before any clock starts: the
+    encoder (its initial weights restored before each run), the framework's own training batches
+    epoch by epoch, the same sentences in length-sorted batches, and the test batches."""
+
+    def __init__(self, cfg):
+        self.cfg, self.device = cfg, _device(cfg)
+        self.encoder: TransformerEncoder = instantiate(cfg.model).to(self.device)
+        self.initial = {k: v.clone() for k, v in self.encoder.state_dict().items()}
+        dm = instantiate(cfg.data, tokenizer=self.encoder.tokenizer)
+        dm.setup("fit")
+        pad, epochs = self.encoder.tokenizer.pad_token_id, cfg.trainer.max_epochs
+        framework = framework_epochs(dm, epochs)
+        by_length = sorted_batches(dm.features["train"], cfg.data.batch_size, lambda f: collate_features(f, pad))
+        test = shared_sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, cfg.data.eval_batch_tokens)
+        self.train_epochs = {"framework": [[limit_batch(b, self.device) for b in epoch] for epoch in framework],
+                             "sorted": [[limit_batch(b, self.device) for b in by_length]] * epochs}
+        self.train_real = {"framework": sum(real_tokens(epoch) for epoch in framework),
+                           "sorted": real_tokens(by_length) * epochs}
+        self.test_batches = [limit_batch(b, self.device) for b in test]
+        self.eval_real = real_tokens(test)
+        self.n_labels = len(dm.label_set)
+
+
 class Limit:
     """The encoder alone on pre-built batches (see the module docstring), at one precision.
     ``batches="framework"``: the framework's own training batches, epoch by epoch, packed as it
@@ -157,53 +181,39 @@ class Limit:
     the same sentences, run padded (the least padding any batching could give; a reference, not a
     ratio's denominator)."""
 
-    def __init__(self, cfg, precision: str, batches: str = "framework"):
-        self.cfg, self.precision, self.device, self.batches = cfg, precision, _device(cfg), batches
-        self.encoder: TransformerEncoder = instantiate(cfg.model).to(self.device)
-        self.initial = {k: v.clone() for k, v in self.encoder.state_dict().items()}
-        dm = instantiate(cfg.data, tokenizer=self.encoder.tokenizer)
-        dm.setup("fit")
-        pad = self.encoder.tokenizer.pad_token_id
-        if batches == "sorted":
-            one = sorted_batches(dm.features["train"], cfg.data.batch_size, lambda f: collate_features(f, pad))
-            epochs = [one] * cfg.trainer.max_epochs
-        else:
-            epochs = framework_epochs(dm, cfg.trainer.max_epochs)
-        test_batches = shared_sorted_batches(dm.features["test"], cfg.data.eval_batch_size, pad, cfg.data.eval_batch_tokens)
-        self.train_epochs = [[limit_batch(b, self.device) for b in epoch] for epoch in epochs]
-        self.test_batches = [limit_batch(b, self.device) for b in test_batches]
-        self.n_labels = len(dm.label_set)
-        self.train_real, self.eval_real = sum(real_tokens(e) for e in epochs), real_tokens(test_batches)
+    def __init__(self, inputs: LimitInputs, precision: str, batches: str = "framework"):
+        self.inputs, self.precision, self.batches = inputs, precision, batches
+        self.cfg, self.device = inputs.cfg, inputs.device
 
     def run(self) -> dict:
         """One round: every training epoch from the initial weights, then the test split (not for the
         sorted-batch reference, whose test batches would be the same)."""
-        encoder, device = self.encoder, self.device
+        inputs, encoder, device = self.inputs, self.inputs.encoder, self.device
         train_packed = self.batches == "framework" and bool(self.cfg.model.pack)
         for warm_up in (True, False):  # one step outside the clock, then from the initial weights again
-            encoder.load_state_dict(self.initial)
+            encoder.load_state_dict(inputs.initial)
             encoder.train()
             encoder.pack = train_packed  # without packing, a batch's plan only gives its padding mask
             torch.manual_seed(self.cfg.seed)
-            head = torch.nn.Linear(encoder.hidden_size, self.n_labels).to(device)
+            head = torch.nn.Linear(encoder.hidden_size, inputs.n_labels).to(device)
             opt = _fastest_adamw([*encoder.parameters(), *head.parameters()], lr=self.cfg.optimizer.lr)
             if warm_up:
-                train_step(encoder, head, opt, self.precision, self.train_epochs[0][0])
+                train_step(encoder, head, opt, self.precision, inputs.train_epochs[self.batches][0][0])
         _sync(device)
         t0 = time.perf_counter()
-        for epoch in self.train_epochs:
+        for epoch in inputs.train_epochs[self.batches]:
             for b in epoch:
                 train_step(encoder, head, opt, self.precision, b)
         _sync(device)
         t1 = time.perf_counter()
-        out = {"train_s": t1 - t0, "eval_s": None, "test_f1": None, "train_real_tokens": self.train_real,
-               "eval_real_tokens": self.eval_real}
+        out = {"train_s": t1 - t0, "eval_s": None, "test_f1": None, "train_real_tokens": inputs.train_real[self.batches],
+               "eval_real_tokens": inputs.eval_real}
         if self.batches == "sorted":
             return out
         encoder.eval()
         encoder.pack = bool(self.cfg.model.pack)  # evaluation packs where the framework would
         with torch.inference_mode(), _autocast(self.precision, device):
-            for b in self.test_batches:
+            for b in inputs.test_batches:
                 eval_step(encoder, b)
         _sync(device)
         return {**out, "eval_s": time.perf_counter() - t1}
@@ -491,8 +501,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{chosen['train']}, evaluation {chosen['eval']} ({chosen['why']}); for every contender: {settings}", flush=True)
     train_p = _FROM_LIGHTNING[cfg.trainer.precision]
     eval_p = _FROM_LIGHTNING[cfg.callbacks.eval_precision.precision]
-    contenders = {f"limit@{p}": Limit(cfg, p).run for p in _precisions(_device(cfg))}
-    contenders[f"limit@{train_p}{SORTED}"] = Limit(cfg, train_p, "sorted").run
+    inputs = LimitInputs(cfg)
+    contenders = {f"limit@{p}": Limit(inputs, p).run for p in _precisions(_device(cfg))}
+    contenders[f"limit@{train_p}{SORTED}"] = Limit(inputs, train_p, "sorted").run
     skip = set(args.skip.split(","))
     if not {"plain", "hf_trainer"} <= skip:
         data = HFData(cfg)

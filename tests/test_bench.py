@@ -38,11 +38,11 @@ def _encoder_and_data(tmp_path, toy_data_dir, epochs: int):
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_limits_timed_steps_make_no_conversion_and_no_data_sized_operation(tmp_path, toy_data_dir, precision):
     args = bench_ce._arguments(["--model", "tiny", "--size", "8", "--epochs", "1", *_toy(toy_data_dir)])
-    limit = bench_ce.Limit(bench_ce._config(args, tmp_path), precision)
+    limit = bench_ce.LimitInputs(bench_ce._config(args, tmp_path))
     encoder = limit.encoder
     head = torch.nn.Linear(encoder.hidden_size, limit.n_labels)
     opt = bench_ce._fastest_adamw([*encoder.parameters(), *head.parameters()], lr=1e-3)
-    batches = [b for epoch in limit.train_epochs for b in epoch]
+    batches = [b for epoch in limit.train_epochs["framework"] for b in epoch]
     assert len(batches) > 1 and len(limit.test_batches) > 1
     where = collections.Counter()
     encoder.pack = True  # the framework's batches run packed, by their plans
