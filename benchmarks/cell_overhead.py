@@ -15,12 +15,11 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from timing import timed_process  # benchmarks/timing.py
+from timing import checkouts, timed_process  # benchmarks/timing.py
 
 REPO = Path(__file__).resolve().parents[1]
 CELL = ["debug=tiny", "trainer.enable_progress_bar=false"]
@@ -55,23 +54,16 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="cell_overhead_"))
     data_dir = str(compose_config([], tmp / "_compose").paths.data_dir)
-    base = tmp / "baseline"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    checkouts = {f"baseline {args.baseline}": base, f"this checkout ({rev})": REPO}
-    runs: dict[str, list[dict]] = {name: [] for name in checkouts}
-    try:
+    with checkouts(REPO, args.baseline, tmp / "baseline") as folders:
+        runs: dict[str, list[dict]] = {name: [] for name in folders}
         for r in range(args.rounds):
-            for name, checkout in (checkouts.items() if r % 2 == 0 else reversed(checkouts.items())):
+            for name, checkout in (folders.items() if r % 2 == 0 else reversed(folders.items())):
                 out = tmp / "runs" / name.split()[0] / str(r)
                 runs[name].append({**one_cell(checkout, out / "cell", data_dir),
                                    **eight_cells(checkout, out / "sweep", data_dir)})
                 shutil.rmtree(out, ignore_errors=True)
                 print(f"round {r + 1}: {name}: cell {runs[name][-1]['process_s']:.1f} s (recorded "
                       f"{runs[name][-1]['recorded_s']:.1f} s), 8-cell sweep {runs[name][-1]['sweep_s']:.1f} s", flush=True)
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
     print(f"{'':28}{'cell s':>8}{'recorded':>10}{'accounted':>10}{'8 cells s':>10}")
     medians = {}
     for name, rs in runs.items():

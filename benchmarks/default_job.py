@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from timing import fit_seconds, timed_process  # benchmarks/timing.py
+from timing import checkouts, fit_seconds, timed_process  # benchmarks/timing.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,21 +47,11 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="default_job_"))
-    base = tmp / "baseline"
-    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    checkouts = [(f"this checkout ({rev})", REPO)]
-    if args.baseline:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        checkouts.insert(0, (f"baseline {args.baseline}", base))
     rows = {}
-    try:
-        for name, checkout in checkouts:
+    with checkouts(REPO, args.baseline, tmp / "baseline") as folders:
+        for name, checkout in folders.items():
             print(f"running the default job at {name} ...", flush=True)
             rows[name] = run(checkout, tmp / "runs" / name.split()[0], args.overrides)
-    finally:
-        if args.baseline:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
     print(f"{'':28}{'wall s':>8}{'recorded s':>11}{'fit s':>7}{'test s':>7}{'eval-in-batches s':>18}{'best epoch':>11}"
           f"{'dev F1':>8}{'test F1':>8}")
     for name, r in rows.items():

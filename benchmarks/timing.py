@@ -3,10 +3,11 @@
 speed from one day to the next (``bench_ce.py`` interleaves its contenders in rounds)."""
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 
 def timed_process(cmd: Sequence[str], cwd: Path | None = None, log: Path | None = None, check: bool = True,
@@ -28,3 +29,20 @@ def fit_seconds(phase_s: dict) -> float:
     if "fit" in phase_s:
         return phase_s["fit"]
     return phase_s["train"] + phase_s["dev"] + phase_s.get("writes", 0.0)
+
+
+@contextlib.contextmanager
+def checkouts(repo: Path, baseline: str | None, folder: Path) -> Iterator[dict[str, Path]]:
+    """``{name: folder}`` of ``baseline`` (checked out with ``git worktree`` into ``folder``, removed
+    afterwards), if given, and of ``repo`` as it is (``this checkout (<commit>)``)."""
+    git = ["git", "-C", str(repo)]
+    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if baseline is None:
+        yield {f"this checkout ({rev})": repo}
+        return
+    subprocess.run([*git, "worktree", "add", "--detach", str(folder), baseline], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield {f"baseline {baseline}": folder, f"this checkout ({rev})": repo}
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(folder)], check=False)
