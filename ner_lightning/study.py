@@ -7,6 +7,9 @@ plus the grids and the study's plan::
       partitions: 10                 # reporting partitions 0..9 (first_partition: 0)
       stages: [4, 7, 10]             # --sequential: partitions judged at each look, fixed before the first run
       spending: obrien_fleming       # or pocock (Lan-DeMets alpha spending, report/sequential.py)
+      boundaries: t_simulated        # exact for the t statistic (default); z_nominal: the earlier rule
+      exclusions: []                 # partitions left out, each {partition: N, why: ...}, declared before
+      alpha_recycling: none          # α of a decided claim is not passed to the rest of its family
     grids:
       auc2t_vs_ce: [experiment=replication_auc2t, "loss=ce,auc2t", size=50, "init_seed=42,43,44"]
     claims:
@@ -20,12 +23,17 @@ running the same command. Then the claims are judged on the look's partitions:
 
 * fixed design (default): one look at ``partitions``, the symmetric rule of the claims module
   (Holm over each family's 2m directions);
-* ``--sequential``: at look k each direction of each claim is tested at the nominal level of a
-  group-sequential boundary spending α / 2m (Bonferroni over the family's 2m directions) by
-  information fraction n_k / n_K; a claim is decided the first time a direction crosses, a grid
-  stops growing when every claim reading it is decided. The family-wise error stays ≤ α. A
-  claim undecided at the last look is *underpowered* when its ``paper_delta`` lies beyond its
-  bound by less than the effect the last look detects with 80 % power at its level.
+* ``--sequential``: at look k each direction of each claim is tested against a group-sequential
+  boundary spending α / 2m (Bonferroni over the family's 2m directions) by information fraction
+  n_k / n_K, exact for the t statistic (``report/sequential.py``); a claim is decided the first
+  time a direction crosses, a grid stops growing when every claim reading it is decided. A claim
+  undecided at the last look is *smaller than reported* or *underpowered* by the claims module's
+  rule (:func:`~ner_lightning.report.claims.undecided_verdict`), the latter at the effect the last
+  look detects with 80 % power at its level.
+
+``--register`` fixes the design before any cell runs (``ner_lightning.registration``): a
+registered study refuses cells from a dirty tree and a changed file, and ``--show`` says
+"registered at …, before its first cell" only when git and the cells' times prove it.
 
 The plan (α, stages, spending, the claims and grids) is written to ``STUDY/study.json`` before
 the first cell; a later run with another plan is refused — a sequential study is valid only if
@@ -44,9 +52,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ner_lightning.report.claims import (Judged, decide, detectable_effect, family, judge, load_claims, paper_distance,
-                                         verdict)
-from ner_lightning.report.sequential import SPENDING, nominal_levels, spent
+from ner_lightning import registration
+from ner_lightning.report.claims import Judged, decide, detectable_effect, family, judge, load_claims, verdict
+from ner_lightning.report.claims import grids_of, undecided_verdict
+from ner_lightning.report.sequential import BOUNDARIES, SPENDING, nominal_levels, spent, t_boundaries, t_levels
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
 
@@ -76,10 +85,55 @@ def plan_of(path: Path, sequential: bool) -> dict:
     kind = str(spec.get("spending", "obrien_fleming"))
     if kind not in SPENDING:
         raise SystemExit(f"{path}: study.spending {kind!r} is not one of {SPENDING}")
+    rule = str(spec.get("boundaries", "t_simulated"))
+    if rule not in BOUNDARIES:
+        raise SystemExit(f"{path}: study.boundaries {rule!r} is not one of {BOUNDARIES}")
     judged_spec = json.dumps({"claims": claims, "grids": settings["grids"]}, sort_keys=True, ensure_ascii=False)
-    return {"sequential": sequential, "alpha": settings["alpha"], "partitions": total, "stages": stages,
+    plan = {"sequential": sequential, "alpha": settings["alpha"], "partitions": total, "stages": stages,
             "first_partition": int(spec.get("first_partition", 0)), "spending": kind if sequential else None,
-            "claims_sha256": hashlib.sha256(judged_spec.encode()).hexdigest()}
+            "claims_sha256": hashlib.sha256(judged_spec.encode()).hexdigest(), "boundaries": rule}
+    if sequential and rule == "t_simulated":
+        plan["simulation"] = {"studies": int(spec.get("simulation_studies", 2_000_000)),
+                              "seed": int(spec.get("simulation_seed", 0))}
+    plan.update(_declared(path, spec))
+    return plan
+
+
+def _declared(path: Path, spec: dict) -> dict:
+    """The exclusions and α recycling a study file declares (only when it declares them: a file
+    from before they were declared keeps its plan)."""
+    out = {}
+    if "exclusions" in spec:
+        exclusions = spec["exclusions"] or []
+        if not all(isinstance(e, dict) and isinstance(e.get("partition"), int) and e.get("why") for e in exclusions):
+            raise SystemExit(f"{path}: study.exclusions must be a list of {{partition: N, why: ...}}")
+        out["exclusions"] = sorted(int(e["partition"]) for e in exclusions)
+    if "alpha_recycling" in spec:
+        if spec["alpha_recycling"] != "none":
+            raise SystemExit(f"{path}: study.alpha_recycling {spec['alpha_recycling']!r}: only `none` is supported "
+                             "(a decided claim's α stays with it; the rest of its family keeps its own level)")
+        out["alpha_recycling"] = "none"
+    return out
+
+
+def look_levels(plan: dict, tests: int) -> list[float]:
+    """The one-sided p-levels of each look for a family of ``tests`` directions (α / tests each):
+    the t-exact simulated boundaries, or the earlier z-nominal ones (``plan["boundaries"]``)."""
+    stages, alpha = plan["stages"], plan["alpha"] / tests
+    if plan["boundaries"] == "z_nominal":
+        return nominal_levels([s / stages[-1] for s in stages], alpha, plan["spending"])
+    sim = plan["simulation"]
+    return t_levels(stages, t_boundaries(stages, alpha, plan["spending"], sim["studies"], sim["seed"]))
+
+
+def look_partitions(plan: dict, n: int) -> list[int]:
+    """The first ``n`` partitions from ``first_partition`` that the plan does not exclude."""
+    excluded, out, p = set(plan.get("exclusions", [])), [], plan["first_partition"]
+    while len(out) < n:
+        if p not in excluded:
+            out.append(p)
+        p += 1
+    return out
 
 
 def study_dir(path: Path, settings: dict) -> Path:
@@ -113,7 +167,7 @@ def launch(grid: str, overrides: list[str], partitions: list[int], folder: Path,
 def _judge_look(claims: list[dict], settings: dict, folder: Path, partitions: list[int]) -> list[Judged]:
     labels = {str(p) for p in partitions}
     loaded: dict = {}
-    return [judge({**c, "runs": [c["grid"]]}, settings["alpha"], settings["resamples"], settings["seed"], folder,
+    return [judge({**c, "runs": grids_of(c)}, settings["alpha"], settings["resamples"], settings["seed"], folder,
                   loaded=loaded, partitions=labels) for c in claims]
 
 
@@ -124,6 +178,8 @@ def _plan_and_record(path: Path, record_path: Path, sequential: bool, replay: bo
     if replay and recorded:
         sequential = recorded["plan"]["sequential"]
     plan = plan_of(path, sequential)
+    if recorded:  # a record from before the t-exact boundaries ran with the z-nominal ones
+        recorded["plan"] = {"boundaries": "z_nominal", **recorded["plan"]}
     if recorded and recorded["plan"] != plan:
         changed = ", ".join(k for k in plan if recorded["plan"].get(k) != plan[k])
         raise SystemExit(f"{record_path}: this study ran with another plan ({changed} differ). A study's looks, "
@@ -142,19 +198,22 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     folder = Path(folder) if folder else study_dir(path, settings)
     record_path = folder / RECORD
     plan, recorded = _plan_and_record(path, record_path, sequential, replay)
+    registered = registration.read(path)
+    if registered and not replay:
+        registration.check_before_running(path, registered, plan)
     record = {"claims_file": str(path), "plan": plan, "looks": [], "verdicts": {}}
     if not replay:
         folder.mkdir(parents=True, exist_ok=True)
         write_json_atomic(record_path, record)
-    alpha, stages, first = plan["alpha"], plan["stages"], plan["first_partition"]
+    alpha, stages = plan["alpha"], plan["stages"]
     sizes = Counter(family(c) for c in claims if not c.get("vacuous"))  # as decide() counts a family
     open_ids = [str(c["id"]) for c in claims if not c.get("vacuous")]  # a vacuous claim is not judged
     levels: dict[int, list[float]] = {}
     for k, n_k in enumerate(stages):
-        partitions = list(range(first, first + n_k))
+        partitions = look_partitions(plan, n_k)
         needed = [c for c in claims if str(c["id"]) in open_ids]
         if not replay:
-            for grid in dict.fromkeys(c["grid"] for c in needed):
+            for grid in dict.fromkeys(g for c in needed for g in grids_of(c)):
                 launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
         judged = _judge_look(needed, settings, folder, partitions)
         look = {"look": k + 1, "partitions": n_k, "claims": {}}
@@ -163,18 +222,18 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
             for j in judged:
                 tests = 2 * sizes[family(j.claim)]
                 if tests not in levels:  # the boundary of a family of this size
-                    levels[tests] = nominal_levels([s / stages[-1] for s in stages], alpha / tests, plan["spending"])
+                    levels[tests] = look_levels(plan, tests)
                 level = levels[tests][k]
                 decided = None if (v := verdict(j.p, j.p_reverse, level)) == "inconclusive" else v
                 look["claims"][str(j.claim["id"])] = {
-                    "n": j.n, "seeds": list(j.seeds), "mean": j.mean, "p": j.p, "p_reverse": j.p_reverse,
+                    "n": j.n, "seeds": list(j.seeds), "mean": j.mean, "t_interval": [j.t_low, j.t_high],
+                    "p": j.p, "p_reverse": j.p_reverse,
                     "level": level, "alpha_spent": tests * spent(fraction, alpha / tests, plan["spending"]),
                     "decision": decided}
-                if decided or k == len(stages) - 1:
-                    distance = paper_distance(j.claim)  # undecided at the last look: could it have seen the paper's Δ?
-                    weak = distance is not None and 0 < distance < detectable_effect(j.sd, j.n, level, 1)
+                if decided or k == len(stages) - 1:  # undecided at the last look: what of the paper's Δ?
+                    undecided = undecided_verdict(j.claim, j.t_low, j.t_high, detectable_effect(j.sd, j.n, level, 1))
                     record["verdicts"][str(j.claim["id"])] = {
-                        "verdict": verdict(j.p, j.p_reverse, level, weak), "look": k + 1, "partitions": n_k}
+                        "verdict": verdict(j.p, j.p_reverse, level, undecided), "look": k + 1, "partitions": n_k}
                     open_ids.remove(str(j.claim["id"]))
         else:
             decide(judged, alpha)
@@ -188,19 +247,31 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
             write_json_atomic(record_path, record)
         if not open_ids:
             break
-    if replay and record["verdicts"] != recorded["verdicts"]:
+    if replay and _decisions(record) != _decisions(recorded):
         raise SystemExit(f"{record_path}: the cells judged again give {record['verdicts']}, the record says "
                          f"{recorded['verdicts']}: the cells changed since the study ran")
+    if replay:
+        record["registration"] = registration.provenance(path, registered, folder) if registered else None
     return record
+
+
+def _decisions(record: dict) -> dict:
+    """Each claim's look and decision (replicated / not replicated / undecided): what the cells
+    decide; the label of an undecided claim follows the claims module's current rule."""
+    return {cid: (v["look"], v["verdict"] if v["verdict"] in ("replicated", "not replicated") else "undecided")
+            for cid, v in record["verdicts"].items()}
 
 
 def table(record: dict) -> str:
     """The study's verdicts, the look each was decided at and the plan, as Markdown."""
     plan = record["plan"]
+    rule = ("t-exact boundaries (simulated null studies)" if plan.get("boundaries") == "t_simulated" else
+            "z-nominal boundaries")
     lines = [f"study of {record['claims_file']}: " + (
         f"sequential, looks at {plan['stages']} partitions, {plan['spending']} spending of α = {plan['alpha']} "
-        "(Bonferroni over each family's 2m directions)" if plan["sequential"] else
+        f"(Bonferroni over each family's 2m directions), {rule}" if plan["sequential"] else
         f"fixed design, {plan['partitions']} partitions, α = {plan['alpha']} (Holm over each family's 2m directions)"),
+        *([record["registration"]] if record.get("registration") else []),
         "", "| claim | verdict | look (partitions) | n (× seeds) | mean Δ | p | p reverse | level | α spent |",
         "|---|---|---|---|---|---|---|---|---|"]
     for cid, v in record["verdicts"].items():
@@ -221,11 +292,24 @@ def main(argv: list[str] | None = None) -> None:
                     "multirun/study/<file name>)")
     ap.add_argument("--show", action="store_true", help="launch nothing: judge the recorded study's cells again, "
                     "check them against its record and print the table")
+    ap.add_argument("--register", action="store_true", help="fix the committed file's design before any cell "
+                    "runs: write its registration record (commit it, then run the study)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every grid (e.g. hydra/launcher=parallel)")
     args = ap.parse_intermixed_args(argv)  # overrides before or after --sequential
     if not args.claims.is_file():
         raise SystemExit(f"{args.claims}: no such claims file")
+    if args.register:
+        settings = load_claims(args.claims)[0]
+        plan = plan_of(args.claims, True)
+        print(registration.register(args.claims, plan, {t: look_levels(plan, t) for t in _family_tests(args.claims)},
+                                    args.dir or study_dir(args.claims, settings)))
+        return
     print(table(run_study(args.claims, args.sequential, args.overrides, args.dir, args.show)))
+
+
+def _family_tests(path: Path) -> set[int]:
+    """The directions (2m) of each family of the file's judged claims."""
+    return {2 * m for m in Counter(family(c) for c in load_claims(path)[1] if not c.get("vacuous")).values()}
 
 
 if __name__ == "__main__":

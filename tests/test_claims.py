@@ -229,13 +229,32 @@ def test_a_paper_effect_below_the_detectable_one_is_underpowered_and_a_vacuous_c
     (j,) = judge_all(path)[1]
     assert j.verdict == "underpowered" and j.detectable > 0.005
     path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**base, "paper_delta": 0.5}]}, allow_unicode=True))
-    assert judge_all(path)[1][0].verdict == "inconclusive"
+    (j,) = judge_all(path)[1]
+    assert j.t_high < 0.5 and j.verdict == "smaller than reported"  # the data exclude the paper's Δ, not 0
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**base, "paper_delta": -0.2}]}, allow_unicode=True))
+    assert judge_all(path)[1][0].verdict == "inconclusive"  # the paper's Δ is not beyond the claim's bound
     vacuous = {**base, "id": 2, "vacuous": "the baseline predicts nothing"}
     path.write_text(yaml.safe_dump({"resamples": 200, "claims": [base, vacuous]}, allow_unicode=True))
     one, empty = judge_all(path)[1]
     assert empty.verdict == "vacuous"
     assert one.p_holm == pytest.approx(min(1.0, 2 * min(one.p, one.p_reverse)) if one.p < one.p_reverse
                                        else max(min(1.0, 2 * one.p_reverse), one.p))
+
+
+def test_an_undecided_claim_is_underpowered_only_while_its_interval_holds_the_papers_delta():
+    """By hand: the (1 − α) interval below the paper's Δ is "smaller than reported"; holding it,
+    "underpowered" only when the design could not detect it; wholly above it, nothing to add."""
+    from ner_lightning.report.claims import undecided_verdict
+
+    claim = {"relation": ">", "paper_delta": 0.01}
+    assert undecided_verdict(claim, -0.02, 0.005, 0.03) == "smaller than reported"
+    assert undecided_verdict(claim, -0.02, 0.015, 0.03) == "underpowered"
+    assert undecided_verdict(claim, -0.02, 0.015, 0.008) == ""  # the design detects 0.01: inconclusive
+    assert undecided_verdict(claim, 0.012, 0.04, 0.03) == ""  # the interval lies above the paper's Δ
+    assert undecided_verdict({"relation": ">>", "margin": 0.05, "paper_delta": 0.4}, -0.1, 0.2, 0.5) == \
+        "smaller than reported"
+    assert undecided_verdict({"relation": ">"}, -0.1, 0.2, 0.5) == ""  # no paper Δ
+    assert undecided_verdict({"relation": "≈", "margin": 0.02, "paper_delta": 0.01}, -0.05, 0.005, 0.03) == ""
 
 
 def test_partitions_needed_is_the_first_n_whose_detectable_effect_reaches_the_papers():

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from scipy import stats
 
-from ner_lightning.report.sequential import boundaries, nominal_levels, spent
+from ner_lightning.report.sequential import (boundaries, nominal_levels, spent, t_boundaries, type_one_error,
+                                             z_nominal_bounds)
 
 
 def test_boundaries_are_the_published_lan_demets_values():
@@ -102,7 +103,8 @@ def test_a_sequential_study_runs_only_missing_cells_stops_when_decided_and_resum
     assert record["verdicts"] == {"large": {"verdict": "replicated", "look": 1, "partitions": 2},
                                   "null": {"verdict": "inconclusive", "look": 2, "partitions": 3}}
     look1 = record["looks"][0]["claims"]["large"]
-    assert look1["level"] == pytest.approx(nominal_levels([2 / 3, 1], 0.05 / 4)[0])
+    bounds = t_boundaries([2, 3], 0.05 / 4, "obrien_fleming", 2_000_000, 0)
+    assert look1["level"] == pytest.approx(stats.t.sf(bounds[0], 1))
     assert look1["alpha_spent"] == pytest.approx(4 * spent(2 / 3, 0.05 / 4))
     assert "| large | replicated | 1 (2) |" in proc.stdout and "| null | inconclusive | 2 (3) |" in proc.stdout
 
@@ -188,7 +190,7 @@ def test_study_decisions_on_hand_made_results(tmp_path, monkeypatch, sequential)
         assert launched == [("big", 3), ("same", 3), ("same", 6)]
         assert record["verdicts"]["big"] == {"verdict": "replicated", "look": 1, "partitions": 3}
         assert record["verdicts"]["same"]["look"] == 2
-        level = nominal_levels([0.5, 1.0], 0.05 / 4)[1]
+        level = stats.t.sf(t_boundaries([3, 6], 0.05 / 4, "obrien_fleming", 2_000_000, 0)[1], 5)
         last = record["looks"][1]["claims"]["same"]
         expected = ("replicated" if last["p"] < level else "not replicated" if last["p_reverse"] < level
                     else "inconclusive")

@@ -26,10 +26,11 @@ key, by default its paper):
 
 * **replicated** — the claim's adjusted p < α;
 * **not replicated** — its reverse's adjusted p < α;
-* **underpowered** — neither, and the paper's own effect (``paper_delta``: the paper's
-  method − baseline; :func:`paper_distance`, how far beyond the claim's bound it reaches) is
-  positive but smaller than the effect this design detects with 80 % power
-  (:func:`detectable_effect`);
+* **smaller than reported** — neither, and the two-sided (1 − α) t-interval of mean Δ lies
+  wholly below the paper's own effect (``paper_delta``: the paper's method − baseline);
+* **underpowered** — neither, the interval still holds the paper's Δ, and that Δ lies beyond the
+  claim's bound (:func:`paper_distance`) by less than the effect this design detects with 80 %
+  power (:func:`detectable_effect`);
 * **inconclusive** — neither otherwise;
 * **vacuous** — the claim's ``vacuous`` key says why the comparison cannot test the statement
   (it is left out of its family's adjustment).
@@ -117,9 +118,10 @@ def load_claims(path: Path) -> tuple[dict, list[dict]]:
         missing = [f for f in FIELDS if f not in c and not (f == "runs" and "grid" in c)]
         if missing:
             raise SystemExit(f"{path}: claim {c.get('id', i + 1)} lacks {', '.join(missing)}")
-        if "grid" in c and c["grid"] not in grids:
-            raise SystemExit(f"{path}: claim {c['id']}: grid {c['grid']!r} is not one of the file's grids "
-                             f"({', '.join(grids) or 'none: add a top-level `grids:` map'})")
+        for grid in grids_of(c):
+            if grid not in grids:
+                raise SystemExit(f"{path}: claim {c['id']}: grid {grid!r} is not one of the file's grids "
+                                 f"({', '.join(grids) or 'none: add a top-level `grids:` map'})")
         if c["relation"] not in RELATIONS:
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']!r} is not one of {RELATIONS}")
         if c["relation"] != ">" and not c.get("margin"):
@@ -129,6 +131,13 @@ def load_claims(path: Path) -> tuple[dict, list[dict]]:
                 "figures": list(data.get("figures") or []), "papers": papers, "grids": grids,
                 "study": dict(data.get("study") or {})}
     return settings, claims
+
+
+def grids_of(claim: dict) -> list[str]:
+    """The grids a study's claim reads: its ``grid``, one name or a list (rows that need their own
+    overrides, e.g. a tuned λ for one loss only)."""
+    grid = claim.get("grid")
+    return [] if grid is None else [str(g) for g in grid] if isinstance(grid, list) else [str(grid)]
 
 
 def _tails(d: np.ndarray):
@@ -233,15 +242,27 @@ def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: lis
     return [verdict(a, r, alpha) for a, r in zip(adj_for, adj_reverse)]
 
 
-def verdict(p_claim: float, p_reverse: float, level: float, underpowered: bool = False) -> str:
+def verdict(p_claim: float, p_reverse: float, level: float, undecided: str = "") -> str:
     """The three-decision rule on a claim's and its reverse's (adjusted) p at ``level``:
-    *replicated*, *not replicated*, else *underpowered* (when the caller found the paper's Δ
-    below the detectable one) or *inconclusive*."""
+    *replicated*, *not replicated*, else ``undecided`` (:func:`undecided_verdict`) or *inconclusive*."""
     if p_claim < level:
         return "replicated"
     if p_reverse < level:
         return "not replicated"
-    return "underpowered" if underpowered else "inconclusive"
+    return undecided or "inconclusive"
+
+
+def undecided_verdict(claim: dict, t_low: float, t_high: float, detectable: float) -> str:
+    """What an undecided claim's (1 − α) t-interval says of the paper's own Δ: *smaller than
+    reported* when it lies wholly below it (a ``>`` or ``>>`` claim); *underpowered* when it holds
+    it and the paper's Δ lies beyond the claim's bound by less than ``detectable``; else ""."""
+    distance = paper_distance(claim)
+    if distance is None:
+        return ""
+    delta = float(claim["paper_delta"])
+    if claim["relation"] != "≈" and t_high < delta:
+        return "smaller than reported"
+    return "underpowered" if t_low <= delta <= t_high and 0 < distance < detectable else ""
 
 
 def _runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]:
@@ -375,8 +396,7 @@ def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None
     sizes = Counter(families)
     for j, a, r, name in zip(active, adj_for, adj_reverse, families):
         j.p_holm, j.detectable = a, detectable_effect(j.sd, j.n, alpha, 2 * sizes[name])
-        distance = paper_distance(j.claim)
-        j.verdict = verdict(a, r, alpha, distance is not None and 0 < distance < j.detectable)
+        j.verdict = verdict(a, r, alpha, undecided_verdict(j.claim, j.t_low, j.t_high, j.detectable))
     for j in judged:
         if j.claim.get("vacuous"):
             j.verdict = "vacuous"
@@ -568,7 +588,7 @@ def _without_resumed(path: Path, judged: list[Judged], loaded: dict) -> str:
 LATEX = {"_": "\\_", "%": "\\%", "&": "\\&", "#": "\\#", "≈": "$\\approx$", "≫": "$\\gg$", "±": "$\\pm$",
          "−": "$-$", "–": "--", "Δ": "$\\Delta$", "λ": "$\\lambda$", "γ": "$\\gamma$", "β": "$\\beta$"}
 VERDICT_COLOURS = {"replicated": "tab:green", "not replicated": "tab:red", "inconclusive": "tab:gray",
-                   "underpowered": "tab:orange", "vacuous": "tab:purple"}
+                   "smaller than reported": "tab:brown", "underpowered": "tab:orange", "vacuous": "tab:purple"}
 
 
 def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
