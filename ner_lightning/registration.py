@@ -27,7 +27,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from ner_lightning.report.claims import family, load_claims, paper_distance
+from ner_lightning.report.claim_spec import family, load_claims, paper_distance
 from ner_lightning.report.sequential import detectable, power
 from ner_lightning.results import write_json_atomic
 from ner_lightning import run_store

@@ -1,6 +1,6 @@
 """Studies that run and decide themselves: ``ner-lightning study CLAIMS.yaml [--sequential] [OVERRIDE ...]``.
 
-A claims file (``ner_lightning.report.claims``) whose claims name a ``grid`` instead of ``runs``,
+A claims file (``ner_lightning.report.claim_spec``) whose claims name a ``grid`` instead of ``runs``,
 plus the grids and the study's plan::
 
     study:
@@ -53,8 +53,9 @@ from collections import Counter
 from pathlib import Path
 
 from ner_lightning import registration
-from ner_lightning.report.claims import Judged, decide, detectable_effect, family, judge, load_claims, verdict
-from ner_lightning.report.claims import grids_of, undecided_verdict
+from ner_lightning.report.claim_spec import family, grids_of, load_claims
+from ner_lightning.report.claims import Judged, decide, judge, undecided_verdict, verdict
+from ner_lightning.report.stats import detectable_effect
 from ner_lightning.report.sequential import BOUNDARIES, SPENDING, nominal_levels, spent, t_boundaries, t_levels
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells

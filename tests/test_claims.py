@@ -7,8 +7,8 @@ import yaml
 from scipy import stats
 
 from ner_lightning.report.__main__ import main
-from ner_lightning.report.claims import (detectable_effect, judge_all, p_against, partitions_needed, symmetric_verdicts,
-                                         t_test)
+from ner_lightning.report.claims import judge_all, p_against, symmetric_verdicts, t_test
+from ner_lightning.report.stats import detectable_effect, partitions_needed
 
 D = np.array([0.031, 0.012, 0.048, -0.004, 0.027, 0.019])
 
@@ -131,14 +131,14 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     # claim 1: replicated in family P (strict: P states no scorer), its detectable Δ, no paper Δ,
     # then lenient scoring, where "better" is worse: not replicated; one family of all: replicated
     row = next(line for line in out.splitlines() if line.startswith("| 1 |")).split(" | ")
-    assert row[9:] == ["replicated", "P", "strict", row[12], "—", "—", "not replicated", "replicated |"]
-    assert float(row[12]) > 0
+    assert row[9:] == ["replicated", "exploratory", "P", "strict", row[13], "—", "—", "not replicated",
+                       "replicated |"]
+    assert float(row[13]) > 0
     assert [j.verdict for j in judge_all(path, "lenient")[1]][0] == "not replicated"
     _, without = judge_all(path, drop_resumed=True)  # partition 0's baseline resumed: left out
     assert [j.n for j in without] == [len(D) - 1] * 4
     changed = [j.claim["id"] for j, w in zip(judged, without) if j.verdict != w.verdict]
     assert ("no verdict changes" in out) == (not changed)
-    assert "Every verdict is the earlier rule's." in out  # these four are clear under both rules
     # the paper's own scorer is the primary one: P cites a lenient scorer
     data = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump({**data, "papers": {"P": {"scorer": "lenient"}}}, allow_unicode=True))
@@ -167,7 +167,7 @@ def test_seeds_are_averaged_within_each_partition_and_partitions_are_the_replica
     (j,) = judge_all(path)[1]
     assert (j.n, j.seeds) == (len(D), (2, 2)) and j.mean == pytest.approx(float(np.mean(D)))
     assert j.p == pytest.approx(stats.ttest_1samp(D, 0.0, alternative="greater").pvalue)
-    from ner_lightning.report.claims import claims_table
+    from ner_lightning.report.claims_table import claims_table
 
     assert "| 6 × 2 |" in claims_table(path)
 
@@ -176,7 +176,8 @@ def test_only_prints_some_rows_judged_with_the_whole_family_and_update_rewrites_
     """--only keeps the named claims' rows exactly as in the full table (their family's Holm
     adjustment unchanged); --update rewrites each block of that claims file, leaves another
     file's block alone, and refuses a block that never ends."""
-    from ner_lightning.report.claims import claims_table, selected, update_tables
+    from ner_lightning.report.claim_spec import selected
+    from ner_lightning.report.claims_table import claims_table, update_tables
 
     runs = tmp_path / "runs"
     for p in range(len(D)):
@@ -290,7 +291,8 @@ def test_the_committed_claims_table_is_the_commands_output(doc, claims):
     """Each committed claims table is exactly what --claims prints for the committed runs
     (replication.md's whole family and its sections' --only rows; claims.md's budget check)."""
     from ner_lightning.config import REPO_ROOT
-    from ner_lightning.report.claims import claims_table, selected, table_blocks
+    from ner_lightning.report.claim_spec import selected
+    from ner_lightning.report.claims_table import claims_table, table_blocks
 
     text = (REPO_ROOT / "docs" / "results" / doc).read_text()
     blocks = table_blocks(text, claims)

@@ -6,7 +6,7 @@ import pytest
 
 from ner_lightning import run_store
 from ner_lightning.report.__main__ import main as report
-from ner_lightning.report.claims import claims_table
+from ner_lightning.report.claims_table import claims_table
 from tests.test_report import _result, _write
 
 

@@ -97,7 +97,7 @@ def _refuse_guesses(runs: list[dict], by: list[str], metrics: list[str], pool: l
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.claims:
-        from ner_lightning.report.claims import claims_table, update_tables
+        from ner_lightning.report.claims_table import claims_table, update_tables
 
         for doc in args.update or []:
             print(f"{doc}: {update_tables(doc, args.claims)} claims tables of {args.claims.name} rewritten")

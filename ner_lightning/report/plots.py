@@ -28,7 +28,7 @@ from ner_lightning.report.tables import paired_values, values  # noqa: E402
 FIXED = {"size", "partition", "seed", "init_seed", "loss", "model", "dataset", "experiment", "hydra.sweep.dir"}
 
 
-def _save(fig, out: Path, name: str) -> list[Path]:
+def save(fig, out: Path, name: str) -> list[Path]:
     """PNG and SVG, byte for byte the same for the same runs (no date, fixed SVG ids)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.svg"]
@@ -103,7 +103,7 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
     ax.set_title(f"{', '.join(map(_label, metrics))} vs {x_label or x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if references else {}))
-    return _save(fig, out, name)
+    return save(fig, out, name)
 
 
 def per_type_bars(runs, method_key, size, out) -> list[Path]:
@@ -123,7 +123,7 @@ def per_type_bars(runs, method_key, size, out) -> list[Path]:
     ax.set_title(f"per-type test F1, size {size}", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, out, f"per_type_f1_size{size}")
+    return save(fig, out, f"per_type_f1_size{size}")
 
 
 def paired_differences(runs, method_key, metric, baseline, out) -> list[Path]:
@@ -147,7 +147,7 @@ def paired_differences(runs, method_key, metric, baseline, out) -> list[Path]:
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel(f"{_label(metric)}: method − {baseline}")
     fig.suptitle(f"paired differences per partition (dots) and their mean (bar) vs {baseline}", fontsize=9)
-    return _save(fig, out, f"paired_diff_vs_{baseline}")
+    return save(fig, out, f"paired_diff_vs_{baseline}")
 
 
 def trials_plot(trials: list[dict], out: Path) -> list[Path]:
@@ -161,7 +161,7 @@ def trials_plot(trials: list[dict], out: Path) -> list[Path]:
     ax.set_title("tuning objective per trial", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, out, "tuning_value_vs_trial")
+    return save(fig, out, "tuning_value_vs_trial")
 
 
 def swept_keys(runs) -> list[str]:

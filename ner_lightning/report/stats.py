@@ -1,7 +1,8 @@
 """Statistics over partitions, as the seed papers state their claims (scipy, no hand-made
 distributions): bootstrap standard errors and confidence intervals of a mean, paired
 comparisons (mean difference with its bootstrap CI, paired bootstrap, Wilcoxon signed-rank
-and paired t-test p-values) and Holm's correction across the comparisons of one table.
+and paired t-test p-values) Holm's correction across the comparisons of one table, and the power of a paired t-test
+(the effect it detects, the partitions it needs).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 
 @dataclass
@@ -89,3 +90,37 @@ def holm(pvalues: list[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         out[i] = running
     return out
+
+
+POWER = 0.8  # the power at which a claim's detectable effect is stated
+
+
+def detectable_effect(sd: float, n: int, alpha: float, tests: int) -> float:
+    """The smallest true distance of mean Δ from the claim's bound that a one-sided paired t-test
+    finds with probability ``POWER`` at level α / ``tests`` (the first, strictest step of Holm over
+    ``tests`` one-sided tests), for differences with standard deviation ``sd`` over ``n``
+    partitions: the noncentrality at which the noncentral t exceeds the critical value with
+    probability ``POWER``, times sd / √n."""
+    df = n - 1
+    critical = stats.t.ppf(1 - alpha / tests, df)
+    noncentrality = optimize.brentq(lambda nc: stats.nct.sf(critical, df, nc) - POWER, 0.0, 1e3)
+    return float(noncentrality * sd / math.sqrt(n))
+
+
+def partitions_needed(distance: float, sd: float, alpha: float, tests: int, most: int = 100_000) -> int | None:
+    """The fewest partitions at which :func:`detectable_effect` reaches ``distance`` (the paper's
+    effect beyond the claim's bound) for differences with standard deviation ``sd``; None when
+    the paper's effect does not reach beyond the bound, or needs more than ``most``."""
+    if not distance > 0:
+        return None
+    if sd == 0:
+        return 2
+    low, high = 2, 2
+    while detectable_effect(sd, high, alpha, tests) > distance:
+        low, high = high, high * 2
+        if high > most:
+            return None
+    while low < high:  # the smallest n in [low, high] that detects it
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if detectable_effect(sd, mid, alpha, tests) > distance else (low, mid)
+    return high
