@@ -10,9 +10,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping
 
-from ner_lightning.callbacks import ScheduleHorizon
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.hardware import trainer_precision
+from ner_lightning.models.contracts import ScheduleOwner
 from ner_lightning.models.heads import build_family
 from ner_lightning.results import grid_keys
 
@@ -64,20 +64,18 @@ def _instantiate_group(group: DictConfig | None) -> list:
 
 def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
     """The ``callbacks`` group, plus the scheme's phases callback (``multitask.phases``:
-    MUNCH-Stack's). A callback that restarts the learning-rate schedule (:class:`ScheduleHorizon`
-    with ``restarts_schedule``) ends training itself, so early stopping is left out: it would end
+    MUNCH-Stack's, a :class:`ScheduleOwner`). Phases that restart the learning-rate schedule
+    (``restarts_schedule``) end training themselves, so early stopping is left out: it would end
     the run in the first phase."""
     callbacks = _instantiate_group(cfg.get("callbacks"))
     phases = cfg.multitask.get("phases")
-    if phases is not None and "_target_" in phases:  # a scheme with phases (munch_stack) names its callback;
-        callbacks.append(instantiate(phases))  # a grid-wide `++multitask.phases.max_epochs=…` adds none elsewhere
-    if any(isinstance(c, ScheduleHorizon) and c.restarts_schedule for c in callbacks):
-        dropped = [c for c in callbacks if isinstance(c, EarlyStopping)]
-        if dropped:
-            log.info("early stopping left out: %s restarts the schedule and ends training itself",
-                     next(type(c).__name__ for c in callbacks if isinstance(c, ScheduleHorizon)))
+    if phases is None or "_target_" not in phases:  # a grid-wide `++multitask.phases.max_epochs=…` adds none
+        return callbacks
+    horizon: ScheduleOwner = instantiate(phases)
+    if horizon.restarts_schedule and any(isinstance(c, EarlyStopping) for c in callbacks):
+        log.info("early stopping left out: %s restarts the schedule and ends training itself", type(horizon).__name__)
         callbacks = [c for c in callbacks if not isinstance(c, EarlyStopping)]
-    return callbacks
+    return [*callbacks, horizon]
 
 
 def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:

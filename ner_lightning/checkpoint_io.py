@@ -1,8 +1,11 @@
-"""How checkpoints reach the disk (Lightning's ``CheckpointIO`` plugin, ``trainer.plugins``)."""
+"""How checkpoints reach the disk (Lightning's ``CheckpointIO`` plugin, ``trainer.plugins``), and
+the random states a resumed fit restores (:func:`rng_states`)."""
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import numpy as np
 import torch
 from fsspec.implementations.local import LocalFileSystem
 from lightning_fabric.plugins import TorchCheckpointIO
@@ -24,3 +27,21 @@ class StreamingCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
             return super().save_checkpoint(checkpoint, path, storage_options)
         write_atomic(path, lambda fh: torch.save(checkpoint, fh), fsync=False)
+
+
+def rng_states() -> dict:
+    """torch, CUDA, numpy and Python RNG states in types ``torch.load(weights_only=True)`` accepts."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "python": random.getstate()}
+
+
+def set_rng_states(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(state["python"])

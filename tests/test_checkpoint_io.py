@@ -72,13 +72,19 @@ def test_the_default_trainer_writes_checkpoints_with_it(toy_cfg):
     assert isinstance(trainer.strategy.checkpoint_io, StreamingCheckpointIO)
 
 
+class _Trainer(SimpleNamespace):
+    """A stand-in trainer that, like Lightning's, can key the held checkpoints' registry."""
+
+    __hash__ = object.__hash__
+
+
 def test_the_resume_checkpoint_waits_its_interval_unless_the_best_one_was_just_written(tmp_path, monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
     best = SimpleNamespace(_last_global_step_saved=-1)
     resume = callbacks.ResumeCheckpoint(min_interval_s=60, dirpath=tmp_path, filename="last", save_weights_only=False)
     writes = []
-    trainer = SimpleNamespace(global_step=0, checkpoint_callbacks=[best, resume], is_global_zero=True, loggers=[],
+    trainer = _Trainer(global_step=0, checkpoint_callbacks=[best, resume], is_global_zero=True, loggers=[],
                               save_checkpoint=lambda path, weights_only: writes.append((trainer.global_step, weights_only)))
 
     def epoch_end(step: int, seconds_later: float, best_written: bool, cb=resume) -> None:
@@ -110,7 +116,7 @@ def test_a_held_best_checkpoint_reaches_the_disk_just_before_the_resume_checkpoi
     monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
     weights = torch.zeros(3)
     writes = []
-    trainer = SimpleNamespace(global_step=0, is_global_zero=True, loggers=[])
+    trainer = _Trainer(global_step=0, is_global_zero=True, loggers=[])
     trainer._checkpoint_connector = SimpleNamespace(
         dump_checkpoint=lambda weights_only: {"state_dict": {"w": weights}, "global_step": trainer.global_step})
     trainer.strategy = SimpleNamespace(save_checkpoint=lambda ck, path: writes.append((os.path.basename(path), ck["global_step"], ck["state_dict"]["w"].tolist())))
@@ -118,6 +124,7 @@ def test_a_held_best_checkpoint_reaches_the_disk_just_before_the_resume_checkpoi
     best = callbacks.BestCheckpoint(dirpath=tmp_path, filename="best", save_weights_only=True)
     resume = callbacks.ResumeCheckpoint(min_interval_s=60, dirpath=tmp_path, filename="last")
     trainer.checkpoint_callbacks = [best, resume]
+    callbacks.HOLDING[trainer] = [best]  # what BestCheckpoint.setup registers
 
     def epoch_end(step: int, seconds_later: float, improved: bool) -> None:
         clock[0] += seconds_later

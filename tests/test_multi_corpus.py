@@ -220,13 +220,23 @@ def _stack_trainer(*callbacks, n_aux=3):
                  lr_scheduler_configs=[_Stub(scheduler=sched)], optimizers=[opt])
 
 
+def _module(callbacks, loss):
+    """The module as the callbacks' setup leaves it: the phases own the schedule
+    (``use_schedule``), the annealing sets the rate (``use_rate_policy``)."""
+    from ner_lightning.callbacks import AnnealOnPlateau, ScheduleHorizon
+
+    return _Stub(epoch_loss=lambda: loss,
+                 schedule_owner=next((c for c in callbacks if isinstance(c, ScheduleHorizon)), None),
+                 rate_policy=next((c for c in callbacks if isinstance(c, AnnealOnPlateau)), None))
+
+
 def _epochs(trainer, callbacks, losses):
     """Feed one main-corpus epoch loss per epoch; the auxiliary phase of each epoch."""
     used = []
     for epoch, loss in enumerate(losses):
         trainer.current_epoch = epoch
         used.append(trainer.datamodule.phase)
-        module = _Stub(epoch_loss=lambda loss=loss: loss)
+        module = _module(callbacks, loss)
         for cb in callbacks:
             cb.on_train_epoch_end(trainer, module)
         if trainer.should_stop:
@@ -282,7 +292,7 @@ def test_anneal_on_plateau_halves_after_patience_bad_epochs_and_stops_below_min_
     lrs = []
     for epoch, loss in enumerate([3, 2, 2, 2, 2, 1.5, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]):
         trainer.current_epoch = epoch
-        anneal.on_train_epoch_end(trainer, _Stub(epoch_loss=lambda loss=loss: loss))
+        anneal.on_train_epoch_end(trainer, _module([anneal], loss))
         lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
         if trainer.should_stop:
             break

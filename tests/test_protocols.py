@@ -209,7 +209,7 @@ def test_batch_limited_evaluation_scores_the_sentences_it_saw(toy_cfg):
 
 
 def test_sentences_seen_keeps_whole_sentences_only():
-    from ner_lightning.models.base import sentences_seen
+    from ner_lightning.models.word_grid import sentences_seen
 
     gold = [["B-PER", "O"], ["O", "O", "B-LOC"], ["O"]]
     chunks = [(1, 0, [0, 0]), (1, 2, [3]), (2, 0, [0]), (0, 0, [1])]  # sentence 0 lacks its second word

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
-from weakref import proxy
+from weakref import WeakKeyDictionary, proxy
 
 import pytorch_lightning as pl
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from pytorch_lightning.callbacks import ModelCheckpoint
+
+
+HOLDING: WeakKeyDictionary = WeakKeyDictionary()  # trainer -> the BestCheckpoints holding writes for it
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -23,6 +26,12 @@ class BestCheckpoint(ModelCheckpoint):
         super().__init__(**kwargs)
         self.hold = bool(hold)
         self._held: tuple[str, dict] | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        holding = HOLDING.setdefault(trainer, [])
+        if self.hold and self not in holding:  # the resume checkpoint writes what this one holds first
+            holding.append(self)
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         if not self.hold:
@@ -71,7 +80,7 @@ class ResumeCheckpoint(ModelCheckpoint):
         trainer.callbacks.append(self)
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
-        holding = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, BestCheckpoint) and cb.hold]
+        holding = HOLDING.get(trainer, [])
         others_wrote = any(cb is not self and cb not in holding and cb._last_global_step_saved == trainer.global_step
                            for cb in trainer.checkpoint_callbacks)
         recent = self._written_at is not None and time.monotonic() - self._written_at < self.min_interval_s

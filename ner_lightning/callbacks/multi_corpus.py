@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from ner_lightning.callbacks.schedules import AnnealOnPlateau, ScheduleHorizon, restart_schedule
+from ner_lightning.callbacks.schedules import ScheduleHorizon, restart_schedule
 
 log = logging.getLogger("ner_lightning")
 
@@ -12,8 +12,8 @@ class AuxiliaryPhases(ScheduleHorizon):
     """MUNCH-Stack (MUNCHABLES Alg. 4): one phase per auxiliary corpus (``data.phase``), each
     until the main model converges (``is_converge_main``): the epoch's mean main-corpus training
     loss has not reached a new minimum for ``patience`` epochs (after ``min_epochs``), or
-    ``max_epochs`` epochs have passed, or :class:`AnnealOnPlateau` (when present) has taken the
-    learning rate below its ``min_lr``. Then the next auxiliary takes over and the learning-rate
+    ``max_epochs`` epochs have passed, or the run's rate policy (``NERModule.use_rate_policy``:
+    ``AnnealOnPlateau``, when present) has taken the learning rate below its minimum. Then the next auxiliary takes over and the learning-rate
     schedule starts again; after the last phase the run ends."""
 
     restarts_schedule = True
@@ -66,12 +66,12 @@ class AuxiliaryPhases(ScheduleHorizon):
 
     def converged(self, trainer, pl_module) -> str | None:
         """Why the current phase has converged, or None."""
-        anneal = next((c for c in trainer.callbacks if isinstance(c, AnnealOnPlateau)), None)
-        if anneal is not None and anneal.learning_rate(trainer) < anneal.min_lr:
-            return f"learning rate below {anneal.min_lr}"
+        policy = pl_module.rate_policy
+        if policy is not None and policy.below_minimum(trainer):
+            return f"learning rate below {policy.min_lr}"
         if self.epochs_in_phase >= self.max_epochs:
             return f"{self.max_epochs} epochs"
-        if anneal is None and self.epochs_in_phase >= self.min_epochs and self.bad_epochs >= self.patience:
+        if policy is None and self.epochs_in_phase >= self.min_epochs and self.bad_epochs >= self.patience:
             return f"main loss without a new minimum for {self.patience} epochs"
         return None
 
@@ -96,9 +96,8 @@ class AuxiliaryPhases(ScheduleHorizon):
         self.phase += 1
         dm.use_phase(self.phase)
         self.epochs_in_phase, self.bad_epochs, self.best = 0, 0, None
-        anneal = next((c for c in trainer.callbacks if isinstance(c, AnnealOnPlateau)), None)
-        if anneal is not None:
-            anneal.restart(trainer)
+        if pl_module.rate_policy is not None:
+            pl_module.rate_policy.restart(trainer)
         else:
             restart_schedule(trainer)
         log.info("MUNCH-Stack phase %d: auxiliary %s", self.phase, dm.aux_names[self.phase])

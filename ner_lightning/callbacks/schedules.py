@@ -107,9 +107,16 @@ class AnnealOnPlateau(pl.Callback):
     def _multiplier(self, step: int) -> float:
         return self.scale
 
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            pl_module.use_rate_policy(self)
+
     def restart(self, trainer) -> None:
         self.best, self.bad_epochs, self.scale, self.converged = None, 0, 1.0, False
         restart_schedule(trainer)
+
+    def below_minimum(self, trainer) -> bool:
+        return self.learning_rate(trainer) < self.min_lr
 
     def learning_rate(self, trainer) -> float:
         """The largest learning rate of any parameter group (the paper's one rate; with a smaller
@@ -130,7 +137,8 @@ class AnnealOnPlateau(pl.Callback):
             restart_schedule(trainer)  # applies the new multiplier
             log.info("epoch %d: main loss has not improved for %d epochs, learning rate x%g (now %.2e)",
                      trainer.current_epoch, self.patience, self.factor, self.learning_rate(trainer))
-        self.converged = self.learning_rate(trainer) < self.min_lr
-        if self.converged and not any(isinstance(c, ScheduleHorizon) and c.restarts_schedule for c in trainer.callbacks):
+        self.converged = self.below_minimum(trainer)
+        owner = pl_module.schedule_owner  # a phase that restarts the schedule ends training itself
+        if self.converged and not (owner is not None and owner.restarts_schedule):
             log.info("learning rate below %g: training ends", self.min_lr)
             trainer.should_stop = True

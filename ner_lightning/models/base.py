@@ -16,125 +16,27 @@ multi-corpus run (``models/heads.py``), each auxiliary corpus's test set with it
 """
 from __future__ import annotations
 
-import dataclasses
-import random
-from typing import Callable, ClassVar, Iterable, NamedTuple, Protocol
+from typing import ClassVar, Iterable, Unpack
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from lightning_fabric.utilities.apply_func import move_data_to_device
 from transformers import get_linear_schedule_with_warmup
 
+from ner_lightning.checkpoint_io import rng_states, set_rng_states
 from ner_lightning.clock import PROCESS
 from ner_lightning.data.alignment import BatchLayout
-from ner_lightning.data.corpus import OUTSIDE, LabelSet
+from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.metrics import flat_scores, span_scores
+from ner_lightning.models.contracts import FamilySettings, RatePolicy, ScheduleOwner, Step, TrainingRecord
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.step_losses import StepLosses
+from ner_lightning.models.word_grid import RealWords, host_entries, layout_of, sentences_seen, whole_sentences
 from ner_lightning.optim import set_pdsca_phase
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # Lightning name -> encoder dtype
-
-
-def sentences_seen(gold: list[list[str]], chunks: list) -> tuple[list[list[str]], list]:
-    """The gold sentences whose every word was predicted by ``chunks`` (``(sentence, word
-    offset, label ids)``), and those chunks renumbered to them: what a batch-limited evaluation
-    can score."""
-    words: dict[int, int] = {}
-    for si, _, ids in chunks:
-        words[si] = words.get(si, 0) + len(ids)
-    seen = sorted(si for si, n in words.items() if n == len(gold[si]))
-    new_index = {si: i for i, si in enumerate(seen)}
-    return [gold[si] for si in seen], [(new_index[si], off, ids) for si, off, ids in chunks if si in new_index]
-
-
-def layout_of(batch: dict) -> BatchLayout:
-    """The batch's :class:`BatchLayout`: carried by every collated batch; rebuilt here (asking
-    the device) for a batch made by hand."""
-    if "layout" in batch:
-        return batch["layout"]
-    rows = batch["word_mask"].size(0)
-    return BatchLayout(
-        words=tuple(batch["word_mask"].sum(1).tolist()),
-        sentences=tuple(batch["sentence_index"].tolist()) if "sentence_index" in batch else tuple(range(rows)),
-        offsets=tuple(batch["word_offset"].tolist()) if "word_offset" in batch else (0,) * rows,
-        types=tuple(batch["type_index"].tolist()) if "type_index" in batch else (),
-        corpora=tuple(batch["corpus"].tolist()) if "corpus" in batch else (0,) * rows)
-
-
-def host_index(values: list[int], device: torch.device) -> torch.Tensor:
-    """Indices the host knows, as a long tensor on ``device`` without waiting for it: on a GPU a
-    pinned copy sent asynchronously (a plain copy to the GPU waits for every queued kernel)."""
-    index = torch.tensor(values, dtype=torch.long)
-    return index.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else index
-
-
-class RealWords(NamedTuple):
-    """The real (non-padding) words of a ``(B, W)`` word grid, from the words per row the host
-    knows (:class:`BatchLayout`): ``x.flatten(0, 1)[flat]`` is ``x[word_mask]`` (same words, same
-    order) without the device computing where the mask is true, which waits for the queued work."""
-
-    flat: torch.Tensor  # (N,) index of each real word in the flattened grid
-    rows: torch.Tensor  # (N,) its row
-
-    @classmethod
-    def of(cls, words: tuple[int, ...], width: int, device: torch.device) -> "RealWords":
-        flat = [r * width + j for r, n in enumerate(words) for j in range(n)]
-        return cls(host_index(flat, device), host_index([r for r, n in enumerate(words) for _ in range(n)], device))
-
-    def select(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, W, ...) -> (N, ...)``: the real words' entries, as ``x[word_mask]``."""
-        return x.flatten(0, 1)[self.flat]
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingRecord:
-    """What a fitted (and tested) family reports for ``results.json``."""
-
-    history: list[dict]  # every dev evaluation: epoch, batches, flat metrics, span scores
-    test: dict | None  # test span scores of the main corpus
-    test_aux: dict[str, dict]  # test span scores of each auxiliary corpus (multi-corpus)
-    train_batches: int
-    forward_passes: int  # training forward passes (one per optimiser step)
-    eval_precision: str | None  # the precision dev/test ran in (None: trainer.precision)
-
-
-class Step(NamedTuple):
-    """One optimiser step of a multi-step batch: ``kind`` ("ce" or "auc", read by PDSCA) and a
-    callable doing a fresh forward pass and returning the step's loss."""
-
-    kind: str
-    loss: Callable[[], torch.Tensor]
-
-
-def rng_states() -> dict:
-    """torch, CUDA, numpy and Python RNG states in types ``torch.load(weights_only=True)`` accepts."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "python": random.getstate()}
-
-
-def set_rng_states(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    random.setstate(state["python"])
-
-
-class ScheduleOwner(Protocol):
-    """What owns the length of the learning-rate schedule when the fit's stepping batches do not
-    (a batch budget, MUNCH-Stack's phases: ``callbacks.schedules.ScheduleHorizon``)."""
-
-    def schedule_steps(self, trainer: pl.Trainer) -> int:
-        """Optimiser-scheduler steps of one run of the schedule."""
 
 
 class NERModule(pl.LightningModule):
@@ -144,21 +46,15 @@ class NERModule(pl.LightningModule):
     framing: ClassVar[str] = "tagging"  # the encoder inputs it reads (data.framing); MRCModule: "mrc"
     untyped_spans: ClassVar[bool] = False  # predicts untyped spans (data.label_scheme untyped); TwoTaskModule
 
-    def __init__(
-        self,
-        encoder: TransformerEncoder,
-        label_set: LabelSet,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        warmup_ratio: float,
-        head_lr: float | None,
-    ):
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, **settings: Unpack[FamilySettings]):
         super().__init__()
         self.encoder = encoder
         self.label_set = label_set
         self.id2label = label_set.id2label
-        self.optimizer_factory = optimizer
-        self.warmup_ratio = warmup_ratio
-        self.head_lr = head_lr
+        self.optimizer_factory = settings["optimizer"]
+        self.warmup_ratio = settings["warmup_ratio"]
+        self.head_lr = settings["head_lr"]
+        self.dropout_rate = settings["dropout"]
         self.train_batches = 0
         self.forward_passes = 0  # training forward passes (one per optimiser step)
         self.clip_val: float | None = None  # manual optimisation: the Trainer's clipping, taken over
@@ -170,6 +66,7 @@ class NERModule(pl.LightningModule):
         self._predictions: dict[str, list] = {"val": [], "test": []}  # (decoded output, layout) per batch
         self.eval_precision: str | None = None  # evaluate_in (callbacks.EvalPrecision); None = trainer.precision
         self.schedule_owner: ScheduleOwner | None = None  # use_schedule; None = the fit's stepping batches
+        self.rate_policy: RatePolicy | None = None  # use_rate_policy; None = the schedule sets the rate
         self.train()  # from_pretrained leaves the encoder in eval mode (dropout off)
 
     # --- what other parts of the run hand to the module -------------------------------------------
@@ -184,6 +81,13 @@ class NERModule(pl.LightningModule):
             raise ValueError("two callbacks set the learning-rate schedule's length: "
                              f"{type(self.schedule_owner).__name__}, {type(owner).__name__}; keep one of them")
         self.schedule_owner = owner
+
+    def use_rate_policy(self, policy: RatePolicy) -> None:
+        """``policy`` sets the learning rate from the training loss (one per run)."""
+        if self.rate_policy is not None and self.rate_policy is not policy:
+            raise ValueError("two callbacks set the learning rate from the loss: "
+                             f"{type(self.rate_policy).__name__}, {type(policy).__name__}; keep one of them")
+        self.rate_policy = policy
 
     # --- to implement per family ---------------------------------------------------------------
     def training_loss(self, batch: dict) -> torch.Tensor:
@@ -291,15 +195,8 @@ class NERModule(pl.LightningModule):
             self.log("train/loss_epoch", mean, on_step=False, on_epoch=True, prog_bar=True)
 
     def flush_step_losses(self) -> None:
-        """Log the batches' losses (``train/loss_step``, every ``trainer.log_every_n_steps``-th batch
-        as Lightning would) to the run's loggers: one transfer for the epoch."""
-        kept = [(s, loss) for s, loss in self.step_losses.take() if (s.batch + 1) % self.trainer.log_every_n_steps == 0]
-        if not kept or not self.loggers:
-            return
-        values = torch.stack([loss for _, loss in kept]).tolist()
-        for logger in self.loggers:
-            for (s, _), value in zip(kept, values):
-                logger.log_metrics({"train/loss_step": value, "epoch": s.epoch}, step=s.batch)
+        """Log the batches' losses to the run's loggers: one transfer for the epoch."""
+        self.step_losses.log_to(self.loggers, self.trainer.log_every_n_steps)
 
     def on_validation_start(self) -> None:
         PROCESS.open("dev")  # a dev evaluation inside the fit: its own phase of the cell's time
@@ -366,18 +263,8 @@ class NERModule(pl.LightningModule):
             self._predictions[stage].append((self.decode(batch), layout_of(batch)))
 
     def _host_entries(self, collected: list[tuple[torch.Tensor, BatchLayout]]) -> dict[int, list[tuple]]:
-        """Per corpus index, the :meth:`entry` of every example the epoch decoded: all outputs
-        moved to the host in one transfer."""
-        if not collected:
-            return {}
-        width = max(out.size(1) for out, _ in collected)
-        padded = [F.pad(out, (0, 0) * (out.dim() - 2) + (0, width - out.size(1))) for out, _ in collected]
-        values = iter(torch.cat(padded).tolist())
-        entries: dict[int, list[tuple]] = {}
-        for _, layout in collected:
-            for row, n_words in enumerate(layout.words):
-                entries.setdefault(layout.corpora[row], []).append(self.entry(layout, row, next(values)[:n_words]))
-        return entries
+        """Per corpus index, the :meth:`entry` of every example the epoch decoded (one transfer)."""
+        return host_entries(collected, self.entry)
 
     def entry(self, layout: BatchLayout, row: int, values: list) -> tuple:
         """What :meth:`predicted_tags` reassembles of one decoded example: ``(sentence index,
@@ -468,15 +355,7 @@ class NERModule(pl.LightningModule):
         """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
         chunk (:meth:`entry`); ``lengths``: words per sentence, each predicted exactly
         once. ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""
-        id2label = id2label or self.id2label
-        pred = [[OUTSIDE] * n for n in lengths]
-        covered = 0
-        for si, off, ids in collected:
-            pred[si][off : off + len(ids)] = [id2label[i] for i in ids]
-            covered += len(ids)
-        if covered != sum(lengths):
-            raise RuntimeError(f"{stage}: predicted {covered} words for {sum(lengths)} words")
-        return pred
+        return whole_sentences(collected, lengths, id2label or self.id2label, stage)
 
     def optimizer_parameters(self) -> list[dict]:
         """Two groups: the pretrained encoder (optimiser lr) and every parameter trained from

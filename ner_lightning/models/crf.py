@@ -7,11 +7,12 @@ The head is :class:`~ner_lightning.models.heads.CRFHead`, one per corpus in mult
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Unpack
 
 import torch
 
 from ner_lightning.data.corpus import LabelSet
+from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.heads import CRFHead, HeadModule
 
@@ -19,22 +20,13 @@ from ner_lightning.models.heads import CRFHead, HeadModule
 class CRFModule(HeadModule):
     """Encoder -> (optional BiLSTM) -> linear emissions -> CRF."""
 
-    def __init__(
-        self,
-        encoder: TransformerEncoder,
-        label_set: LabelSet,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        warmup_ratio: float,
-        head_lr: float | None,
-        dropout: float,
-        lstm_hidden: int | None,
-        constrain_transitions: bool,
-        aux_label_sets: dict[str, LabelSet] | None = None,
-    ):
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, lstm_hidden: int | None,
+                 constrain_transitions: bool, aux_label_sets: dict[str, LabelSet] | None = None,
+                 **settings: Unpack[FamilySettings]):
         def make_head(labels: LabelSet) -> CRFHead:
-            return CRFHead(encoder.hidden_size, labels, dropout, lstm_hidden, constrain_transitions)
+            return CRFHead(encoder.hidden_size, labels, settings["dropout"], lstm_hidden, constrain_transitions)
 
-        super().__init__(encoder, label_set, make_head, optimizer, warmup_ratio, head_lr, aux_label_sets)
+        super().__init__(encoder, label_set, make_head, aux_label_sets, **settings)
 
     def emissions(self, batch: dict) -> torch.Tensor:
         """Main-head emission scores ``(B, W, K)``."""

@@ -11,7 +11,7 @@ auxiliary corpus with that corpus's own labels — and route each batch row to i
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Unpack
 
 import torch
 from torch import nn
@@ -22,8 +22,10 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.losses import TokenLoss
-from ner_lightning.models.base import NERModule, RealWords, host_index, layout_of
+from ner_lightning.models.base import NERModule
+from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.models.word_grid import RealWords, host_index, layout_of
 
 
 class Head(Protocol):
@@ -167,9 +169,8 @@ class HeadModule(NERModule):
     """
 
     def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, make_head: Callable[[LabelSet], Head],
-                 optimizer: Callable[..., torch.optim.Optimizer], warmup_ratio: float, head_lr: float | None,
-                 aux_label_sets: dict[str, LabelSet] | None):
-        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
+                 aux_label_sets: dict[str, LabelSet] | None, **settings: Unpack[FamilySettings]):
+        super().__init__(encoder, label_set, **settings)
         corpora = {MAIN: label_set, **(aux_label_sets or {})}
         self.corpus_names = list(corpora)
         self.label_sets = corpora

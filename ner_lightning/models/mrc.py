@@ -17,7 +17,7 @@ span metrics score MRC like every other family.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Unpack
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.losses import TokenLoss
 from ner_lightning.models.base import NERModule
+from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.encoder import TransformerEncoder
 
 HEADS = ("tagger", "pointer")
@@ -38,23 +39,14 @@ class MRCModule(NERModule):
 
     framing = "mrc"
 
-    def __init__(
-        self,
-        encoder: TransformerEncoder,
-        label_set: LabelSet,
-        token_loss: TokenLoss,
-        head: str,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        warmup_ratio: float,
-        head_lr: float | None,
-        dropout: float,
-    ):
-        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, token_loss: TokenLoss, head: str,
+                 **settings: Unpack[FamilySettings]):
+        super().__init__(encoder, label_set, **settings)
         if head not in HEADS:
             raise ValueError(f"loss.head must be one of {HEADS}, got {head!r}")
         self.head = head
         self.token_loss = token_loss
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(self.dropout_rate)
         self.classifier = nn.Linear(encoder.hidden_size, 2 if head == "tagger" else 4)  # pointer: start, end
 
     def setup(self, stage: str) -> None:

@@ -12,7 +12,7 @@ schedule stepped once per batch, α ascended after each step).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +20,8 @@ from torch import nn
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
-from ner_lightning.models.base import NERModule, Step
+from ner_lightning.models.base import NERModule
+from ner_lightning.models.contracts import FamilySettings, Step
 from ner_lightning.models.encoder import TransformerEncoder
 
 OBJECTIVES = ("ova_bce", "ova_auc", "ova_auc_maml")
@@ -33,22 +34,9 @@ def prefix_groups(labels: list[str]) -> list[list[int]]:
 
 
 class OneVsAllModule(AUCMinMax, NERModule):
-    def __init__(
-        self,
-        encoder: TransformerEncoder,
-        label_set: LabelSet,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        warmup_ratio: float,
-        head_lr: float | None,
-        objective: str,
-        margin: float,
-        m: int,
-        lr_alpha: float,
-        lr_ab: float | None,
-        dropout: float,
-        seed: int,
-    ):
-        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, objective: str, margin: float, m: int,
+                 lr_alpha: float, lr_ab: float | None, seed: int, **settings: Unpack[FamilySettings]):
+        super().__init__(encoder, label_set, **settings)
         if objective not in OBJECTIVES:
             raise ValueError(f"loss.objective must be one of {OBJECTIVES}, got {objective!r}")
         k = len(label_set)
@@ -56,7 +44,7 @@ class OneVsAllModule(AUCMinMax, NERModule):
             raise ValueError(f"loss.m must be between 1 and the number of labels ({k}), got {m}")
         self.objective, self.m, self.seed = objective, m, seed
         self.lr_alpha, self.lr_ab = lr_alpha, lr_ab
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(self.dropout_rate)
         self.heads = nn.Linear(encoder.hidden_size, k)
         self.auc = auc_losses(k, margin) if objective != "ova_bce" else None
         self.automatic_optimization = objective == "ova_bce"

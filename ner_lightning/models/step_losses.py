@@ -63,3 +63,14 @@ class StepLosses:
         out = self.batches()
         self.steps, self._checked = [], 0
         return out
+
+    def log_to(self, loggers: list, every: int) -> None:
+        """Take the kept losses and log every ``every``-th batch's (``train/loss_step``, as
+        Lightning's ``log_every_n_steps`` would) to ``loggers``: one transfer."""
+        kept = [(s, loss) for s, loss in self.take() if (s.batch + 1) % every == 0]
+        if not kept or not loggers:
+            return
+        values = torch.stack([loss for _, loss in kept]).tolist()
+        for logger in loggers:
+            for (s, _), value in zip(kept, values):
+                logger.log_metrics({"train/loss_step": value, "epoch": s.epoch}, step=s.batch)

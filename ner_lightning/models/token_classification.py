@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Unpack
 
 import torch
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.losses import TokenLoss
+from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.heads import HeadModule, SoftmaxHead
 
@@ -21,21 +22,12 @@ class TokenClassificationModule(HeadModule):
     never contribute. Decoding is the per-word argmax.
     """
 
-    def __init__(
-        self,
-        encoder: TransformerEncoder,
-        label_set: LabelSet,
-        token_loss: TokenLoss,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        warmup_ratio: float,
-        head_lr: float | None,
-        dropout: float,
-        aux_label_sets: dict[str, LabelSet] | None = None,
-    ):
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, token_loss: TokenLoss,
+                 aux_label_sets: dict[str, LabelSet] | None = None, **settings: Unpack[FamilySettings]):
         def make_head(labels: LabelSet) -> SoftmaxHead:
-            return SoftmaxHead(encoder.hidden_size, labels, copy.deepcopy(token_loss), dropout)
+            return SoftmaxHead(encoder.hidden_size, labels, copy.deepcopy(token_loss), settings["dropout"])
 
-        super().__init__(encoder, label_set, make_head, optimizer, warmup_ratio, head_lr, aux_label_sets)
+        super().__init__(encoder, label_set, make_head, aux_label_sets, **settings)
 
     @property
     def token_loss(self) -> TokenLoss:

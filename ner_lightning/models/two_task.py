@@ -20,7 +20,7 @@ The AUC min-max update of α is shared with the one-vs-all family (``models/auc.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,8 @@ from torch import nn
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
-from ner_lightning.models.base import NERModule, Step
+from ner_lightning.models.base import NERModule
+from ner_lightning.models.contracts import FamilySettings, Step
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.optim import set_pdsca_phase
 
@@ -59,25 +60,10 @@ def bio_log_probs(entity_logit: torch.Tensor, begin_logit: torch.Tensor) -> torc
 
 class TwoTaskModule(AUCMinMax, NERModule):
     untyped_spans = True  # Algorithm 1 decodes B/I/O of one entity type
-    def __init__(
-        self,
-        encoder: TransformerEncoder,
-        label_set: LabelSet,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        warmup_ratio: float,
-        head_lr: float | None,
-        objective: str,
-        lam: float,
-        margin: float,
-        threshold: float,
-        schedule: str,
-        ce_head: str,
-        period: int,
-        lr_alpha: float,
-        lr_ab: float | None,
-        dropout: float,
-    ):
-        super().__init__(encoder, label_set, optimizer, warmup_ratio, head_lr)
+    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, objective: str, lam: float, margin: float,
+                 threshold: float, schedule: str, ce_head: str, period: int, lr_alpha: float, lr_ab: float | None,
+                 **settings: Unpack[FamilySettings]):
+        super().__init__(encoder, label_set, **settings)
         if objective not in OBJECTIVES:
             raise ValueError(f"loss.objective must be one of {OBJECTIVES}, got {objective!r}")
         if schedule not in SCHEDULES:
@@ -93,7 +79,7 @@ class TwoTaskModule(AUCMinMax, NERModule):
         self.objective, self.lam, self.threshold = objective, lam, threshold
         self.schedule, self.ce_head, self.period = schedule, ce_head, period
         self.lr_alpha, self.lr_ab = lr_alpha, lr_ab
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(self.dropout_rate)
         self.heads = nn.Linear(encoder.hidden_size, 2)  # entity, begin
         composite = objective == "comauc2t"
         self.bio_head = nn.Linear(encoder.hidden_size, 3) if composite and ce_head == "separate" else None
