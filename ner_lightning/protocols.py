@@ -28,7 +28,8 @@ from ner_lightning.clock import PROCESS
 from ner_lightning.export import export_model, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap
 from ner_lightning.precision import recorded
-from ner_lightning.results import CellResult, best_epoch, contributed_sections, grid_keys, write_json_atomic
+from ner_lightning.results import (CellResult, assemble_result, best_epoch, contributed_sections, grid_keys,
+                                   write_json_atomic)
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import code_version
 from ner_lightning.wandb_logging import finish_wandb, log_prediction_tables, summarise_wandb
@@ -179,14 +180,14 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell | None = None)
 def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callbacks: list, partition: dict,
                 resume: Path | None, ckpt: str | None) -> CellResult:
     """Fill the ``results.json`` schema from what the fit and test left: the module's record, the
-    trainer's counters, and the sections the callbacks contribute (``results.ResultSection``); its
+    trainer's counters, and every section the callbacks declare (``results.ResultSection``,
+    ``results.assemble_result``); its
     time (``wall_time_s``, ``phase_s``) is the clock's, taken by :func:`train` last."""
     record = module.record()
-    contributed = contributed_sections(callbacks, Path(cfg.paths.output_dir))
     best = best_epoch(record.history, cfg.monitor) if record.history else None
     if record.history and trainer.checkpoint_callback is not None and trainer.checkpoint_callback.monitor is None:
         best = record.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
-    return CellResult(
+    return assemble_result(dict(
         status="ok", cell=cell.prefix, overrides=overrides(), config_sha256=cell.config_sha256, device=cell.device,
         resumed_from=str(resume) if resume else None, finished=cells.now(), grid=grid_keys(cfg, overrides()),
         config=OmegaConf.to_container(cfg, resolve=True),
@@ -197,20 +198,17 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
         best_batch=best.get("batches") if best else None, monitor=cfg.monitor,
         dev_monitor=best["metrics"][cfg.monitor] if best else None,
         test=record.test, test_aux=record.test_aux or None,
-        phases=contributed.get("phases"),
         epochs=trainer.current_epoch, global_steps=trainer.global_step,
         compute={"train_batches": record.train_batches, "optimizer_steps": trainer.global_step,
                  "train_forward_passes": record.forward_passes, "init_seed": cfg.init_seed,
                  "encoder_lr": cfg.optimizer.get("lr"), "head_lr": cfg.loss.get("head_lr")},
         checkpoint=ckpt if cfg.keep_checkpoint else None,
         wall_time_s=0.0, phase_s={},
-        throughput=contributed.get("throughput", {}),
         precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision),
                    "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))},
         identity=cell.identity, code=code_version(),
         labels={name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
-        predictions=contributed.get("predictions"),
-    )
+    ), contributed_sections(callbacks, Path(cfg.paths.output_dir)))
 
 
 def _log_result(cfg: DictConfig, r: CellResult) -> None:

@@ -18,7 +18,7 @@ from typing import IO, Any, Callable, Protocol, runtime_checkable
 from ner_lightning.clock import PROCESS
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class CellResult:
     """One finished grid cell (``results.json``). Scores are seqeval span scores
     (``ner_lightning.metrics.span_scores``: micro, macro, per type, lenient)."""
@@ -42,7 +42,7 @@ class CellResult:
     dev_monitor: float | None  # its value (what a sweeper optimises; never a test score)
     test: dict | None  # test scores of the selected weights (None: evaluate_test=false)
     test_aux: dict | None  # each auxiliary corpus's test scores with its own head (multi-corpus)
-    phases: list | None  # MUNCH-Stack's phases (callbacks.multi_corpus.AuxiliaryPhases)
+    phases: list | None = None  # MUNCH-Stack's phases (callbacks.multi_corpus.AuxiliaryPhases)
     epochs: int
     global_steps: int
     # What the cell cost, to compare objectives at equal compute: OVA-AUC takes 3 optimiser
@@ -52,7 +52,7 @@ class CellResult:
     checkpoint: str | None  # best.ckpt kept (keep_checkpoint=true)
     wall_time_s: float
     phase_s: dict  # setup, fit, test seconds
-    throughput: dict  # callbacks.monitoring.TokenThroughput.summary()
+    throughput: dict = dataclasses.field(default_factory=dict)  # callbacks.monitoring.TokenThroughput.summary()
     precision: dict  # train, eval
     identity: dict | None = None  # sweep.identity.cell_identity: sha256 (= config_sha256), settings, inputs
     code: dict | None = None  # package version, git commit, uncommitted changes (sweep.identity.code_version)
@@ -95,6 +95,17 @@ def contributed_sections(parts: list, out_dir: Path) -> dict[str, Any]:
                                  f"{'not a results.json field' if key not in fields else 'contributed twice'}")
             out[key] = value
     return out
+
+
+def assemble_result(measured: dict[str, Any], contributed: dict[str, Any]) -> CellResult:
+    """A cell's :class:`CellResult` from what the run measured (``measured``: the module's record,
+    the trainer's counters, the config) and every section its parts declare (``contributed``:
+    :func:`contributed_sections`, all of them kept); a part may not declare a field the run fills."""
+    clash = sorted(set(measured) & set(contributed))
+    if clash:
+        raise ValueError(f"results.json fields {clash} are filled by the run and also declared by a part "
+                         "(result_section): rename the part's section")
+    return CellResult(**measured, **contributed)
 
 
 # Fields of results.json that hold a section of scores or records (read as ``test.micro.f1`` …)

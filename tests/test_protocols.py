@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import pytorch_lightning as pl
 from hydra.utils import instantiate
 
 from ner_lightning.models.encoder import EncoderLoadError, TransformerEncoder
@@ -243,3 +244,25 @@ def test_step_losses_sum_a_batchs_steps_weigh_batches_by_rows_and_find_the_first
     kept.add(torch.tensor(float("inf")), batch=3, global_step=4, epoch=0, rows=2)
     assert kept.first_nonfinite().global_step == 3 and kept.first_nonfinite() is None  # each record read once
     assert len(kept.take()) == 4 and kept.steps == []
+
+
+class MadeUpSection(pl.Callback):
+    """A component no part of the framework knows: it declares a results.json section."""
+
+    def __init__(self, field: str):
+        self.field = field
+
+    def result_section(self, out_dir) -> dict:
+        return {self.field: {"declared by": "a made-up component", "folder": out_dir.name}}
+
+
+def test_every_section_a_component_declares_reaches_results_json_and_a_clash_is_refused(toy_cfg, tmp_path):
+    made_up = "+callbacks.made_up._target_=tests.test_protocols.MadeUpSection"
+    results = train(toy_cfg("trainer.max_epochs=1", made_up, "+callbacks.made_up.field=singleaux"))
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["singleaux"] == on_disk["singleaux"] == {"declared by": "a made-up component", "folder": "run"}
+    assert on_disk["throughput"]["train_tokens_per_s"] > 0  # the framework's own sections stay
+    with pytest.raises(ValueError, match=r"\['test'\] are filled by the run and also declared by a part"):
+        train(toy_cfg("trainer.max_epochs=1", made_up, "+callbacks.made_up.field=test"))
+    with pytest.raises(ValueError, match="MadeUpSection.result_section: 'sideways' is not a results.json field"):
+        train(toy_cfg("trainer.max_epochs=1", made_up, "+callbacks.made_up.field=sideways"))
