@@ -160,10 +160,6 @@ def console(command: list[str]) -> int:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["console"]:
-        if "--" not in sys.argv:
-            raise SystemExit(__doc__)
-        sys.exit(console(sys.argv[sys.argv.index("--") + 1:]))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
     c = sub.add_parser("compare")
@@ -177,7 +173,14 @@ def main() -> None:
         q.add_argument("--grid", default="loss=auc2t,ce size=20,50")
         q.add_argument("--extra", default="trainer.max_epochs=2 trainer.min_epochs=2 data.dev_size=200")
         q.add_argument("--root", default=f"multirun/launchers/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+    k = sub.add_parser("console", help="the command after -- and its console lines per cell")
+    k.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     ns = p.parse_args()
+    if ns.mode == "console":
+        command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+        if not command:
+            raise SystemExit(__doc__)
+        sys.exit(console(command))
     Path(ns.root).mkdir(parents=True, exist_ok=True)
     compare(ns) if ns.mode == "compare" else resume(ns)
 
