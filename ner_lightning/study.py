@@ -259,7 +259,8 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
 def _decisions(record: dict) -> dict:
     """Each claim's look and decision (replicated / not replicated / undecided): what the cells
     decide; the label of an undecided claim follows the claims module's current rule."""
-    return {cid: (v["look"], v["verdict"] if v["verdict"] in ("replicated", "not replicated") else "undecided")
+    undecided = ("inconclusive", "underpowered", "smaller than reported")
+    return {cid: (v["look"], "undecided" if v["verdict"] in undecided else v["verdict"])
             for cid, v in record["verdicts"].items()}
 
 

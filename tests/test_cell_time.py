@@ -31,6 +31,7 @@ def test_a_phase_opened_inside_another_stops_the_outer_ones_clock():
             _wait(0.02)
         _wait(0.01)
     _wait(0.01)  # no phase open: unaccounted
+    before_first_take = time.perf_counter()
     taken = clock.take()
     phases = taken["phases"]
     assert phases["startup"] == pytest.approx(0.02, abs=0.005)
@@ -39,7 +40,8 @@ def test_a_phase_opened_inside_another_stops_the_outer_ones_clock():
     assert sum(phases.values()) + taken["unaccounted"] == pytest.approx(taken["wall_s"], abs=1e-3)
     assert list(phases)[: len(PHASES)] == list(PHASES)
     again = clock.take()  # a second cell of the process counts from the first one's take
-    assert again["wall_s"] < 0.005 and sum(again["phases"].values()) < 0.005
+    since_first_take = time.perf_counter() - before_first_take
+    assert again["wall_s"] <= since_first_take + 1e-3 and sum(again["phases"].values()) <= since_first_take + 1e-3
 
 
 def test_a_phase_left_open_by_an_error_is_closed_with_it():

@@ -309,3 +309,22 @@ def test_a_registered_study_refuses_changes_and_its_proof_needs_git_and_the_cell
     tampered.write_text(tampered.read_text().replace('"toy"', '"toy"') + "\n")
     _git(repo, "commit", "-qam", "edit the record")
     assert "the registration record changed after" in registration.provenance(study, record, folder)
+
+
+def test_the_committed_confirmatory_study_replays_from_its_cells_and_proves_its_registration(monkeypatch):
+    """The registered confirmatory study as committed: its looks judged again from its exported
+    cells (docs/results/runs/study_confirmatory) match its record, git and the cells' times prove
+    it was registered before its first cell, and replication.md shows that table."""
+    from pathlib import Path
+
+    from ner_lightning.study import run_study, table
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    record = run_study(Path("docs/results/study_confirmatory.yaml"),
+                       folder=Path("docs/results/runs/study_confirmatory"), replay=True)
+    assert record["registration"].startswith("registered at ") and "before its first cell" in record["registration"]
+    page = (root / "docs/results/replication.md").read_text()
+    start = page.index("<!-- study table: docs/results/study_confirmatory.yaml -->")
+    block = page[page.index("\n", start) + 1:page.index("<!-- end study table -->", start)]
+    assert block.strip() == table(record).strip()
