@@ -210,7 +210,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     sizes = Counter(family(c) for c in claims if not c.get("vacuous"))  # as decide() counts a family
     open_ids = [str(c["id"]) for c in claims if not c.get("vacuous")]  # a vacuous claim is not judged
     levels: dict[int, list[float]] = {}
-    for k, n_k in enumerate(stages):
+    for k, n_k in enumerate(stages[:len(recorded["looks"])] if replay else stages):  # a replay: the recorded looks
         partitions = look_partitions(plan, n_k)
         needed = [c for c in claims if str(c["id"]) in open_ids]
         if not replay:
@@ -276,7 +276,11 @@ def table(record: dict) -> str:
         *([record["registration"]] if record.get("registration") else []),
         "", "| claim | verdict | look (partitions) | n (× seeds) | mean Δ | p | p reverse | level | α spent |",
         "|---|---|---|---|---|---|---|---|---|"]
-    for cid, v in record["verdicts"].items():
+    last = record["looks"][-1] if record["looks"] else {"claims": {}}
+    still_open = {cid: {"verdict": f"open: next look at {plan['stages'][last['look']]} partitions",
+                        "look": last["look"], "partitions": last["partitions"]}
+                  for cid in last["claims"] if cid not in record["verdicts"]}
+    for cid, v in {**record["verdicts"], **still_open}.items():
         s = record["looks"][v["look"] - 1]["claims"][cid]
         seeds = s["seeds"][1]
         lines.append(f"| {cid} | {v['verdict']} | {v['look']} ({v['partitions']}) | {s['n']}"
