@@ -323,8 +323,14 @@ def test_the_committed_confirmatory_study_replays_from_its_cells_and_proves_its_
     monkeypatch.chdir(root)
     record = run_study(Path("docs/results/study_confirmatory.yaml"),
                        folder=Path("docs/results/runs/study_confirmatory"), replay=True)
-    assert record["registration"].startswith("registered at ") and "before its first cell" in record["registration"]
     page = (root / "docs/results/replication.md").read_text()
     start = page.index("<!-- study table: docs/results/study_confirmatory.yaml -->")
     block = page[page.index("\n", start) + 1:page.index("<!-- end study table -->", start)]
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=root, capture_output=True,
+                             text=True).stdout.strip() == "true"
+    if shallow:  # a clone without the history cannot prove the registration, and says so
+        assert record["registration"].startswith("not proven")
+        proven = next(line for line in block.splitlines() if line.startswith("registered at "))
+        record = {**record, "registration": proven}
+    assert record["registration"].startswith("registered at ") and "before its first cell" in record["registration"]
     assert block.strip() == table(record).strip()
