@@ -70,8 +70,8 @@ def used_partitions(root: Path) -> set[int]:
     for name in files:
         path = root / name
         if name.endswith(".jsonl.xz"):
-            texts = [json.loads(line)["text"] for line in lzma.open(path, "rt")
-                     if json.loads(line)["path"].endswith("results.json")]
+            texts = [entry["text"] for entry in map(json.loads, lzma.open(path, "rt"))
+                     if entry["path"].endswith("results.json")]
         else:
             texts = [path.read_text()]
         for text in texts:

@@ -219,22 +219,13 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
         judged = _judge_look(needed, settings, folder, partitions)
         look = {"look": k + 1, "partitions": n_k, "claims": {}}
         if plan["sequential"]:
-            fraction = n_k / stages[-1]
             for j in judged:
                 tests = 2 * sizes[family(j.claim)]
                 if tests not in levels:  # the boundary of a family of this size
                     levels[tests] = look_levels(plan, tests)
-                level = levels[tests][k]
-                decided = None if (v := verdict(j.p, j.p_reverse, level)) == "inconclusive" else v
-                look["claims"][str(j.claim["id"])] = {
-                    "n": j.n, "seeds": list(j.seeds), "mean": j.mean, "t_interval": [j.t_low, j.t_high],
-                    "p": j.p, "p_reverse": j.p_reverse,
-                    "level": level, "alpha_spent": tests * spent(fraction, alpha / tests, plan["spending"]),
-                    "decision": decided}
-                if decided or k == len(stages) - 1:  # undecided at the last look: what of the paper's Δ?
-                    undecided = undecided_verdict(j.claim, j.t_low, j.t_high, detectable_effect(j.sd, j.n, level, 1))
-                    record["verdicts"][str(j.claim["id"])] = {
-                        "verdict": verdict(j.p, j.p_reverse, level, undecided), "look": k + 1, "partitions": n_k}
+                look["claims"][str(j.claim["id"])], final = _sequential_look(j, plan, k, levels[tests][k], tests)
+                if final:
+                    record["verdicts"][str(j.claim["id"])] = final
                     open_ids.remove(str(j.claim["id"]))
         else:
             decide(judged, alpha)
@@ -254,6 +245,21 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     if replay:
         record["registration"] = registration.provenance(path, registered, folder) if registered else None
     return record
+
+
+def _sequential_look(j: Judged, plan: dict, k: int, level: float, tests: int) -> tuple[dict, dict | None]:
+    """One claim at look ``k``: its statistics against the look's ``level``, and its verdict when
+    a direction crossed or this is the last look (then undecided: what of the paper's Δ?)."""
+    stages = plan["stages"]
+    decided = None if (v := verdict(j.p, j.p_reverse, level)) == "inconclusive" else v
+    stats = {"n": j.n, "seeds": list(j.seeds), "mean": j.mean, "t_interval": [j.t_low, j.t_high], "p": j.p,
+             "p_reverse": j.p_reverse, "level": level,
+             "alpha_spent": tests * spent(stages[k] / stages[-1], plan["alpha"] / tests, plan["spending"]),
+             "decision": decided}
+    if not decided and k < len(stages) - 1:
+        return stats, None
+    undecided = undecided_verdict(j.claim, j.t_low, j.t_high, detectable_effect(j.sd, j.n, level, 1))
+    return stats, {"verdict": verdict(j.p, j.p_reverse, level, undecided), "look": k + 1, "partitions": stages[k]}
 
 
 def _decisions(record: dict) -> dict:
