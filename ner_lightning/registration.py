@@ -22,12 +22,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import lzma
 import subprocess
-from collections import Counter
 from pathlib import Path
 
-from ner_lightning.report.claim_spec import family, load_claims, paper_distance
+from ner_lightning.report.claim_spec import family, family_directions, load_claims, paper_distance
 from ner_lightning.report.sequential import detectable, power
 from ner_lightning.results import write_json_atomic
 from ner_lightning import run_store
@@ -70,8 +68,7 @@ def used_partitions(root: Path) -> set[int]:
     for name in files:
         path = root / name
         if name.endswith(".jsonl.xz"):
-            texts = [entry["text"] for entry in map(json.loads, lzma.open(path, "rt"))
-                     if entry["path"].endswith("results.json")]
+            texts = [text for rel, text in run_store.read_store(path).items() if rel.endswith("results.json")]
         else:
             texts = [path.read_text()]
         for text in texts:
@@ -118,13 +115,13 @@ def register(study_file: Path, plan: dict, levels: dict[int, list[float]], folde
         raise SystemExit(f"{study_file}: partitions {reused} were used by committed runs; a confirmatory study runs "
                          "on fresh partitions (study.first_partition)")
     settings, claims = load_claims(study_file)
-    sizes = Counter(family(c) for c in claims if not c.get("vacuous"))
+    directions = family_directions(claims)
     record = {
         "study_file": study_file.as_posix(), "sha256": _sha256(study_file),
         "commit": _git("rev-parse", "HEAD", cwd=root).strip(),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "plan": plan,
         "levels": {str(t): v for t, v in sorted(levels.items())},
-        "claims": {str(c["id"]): _claim_power(c, plan, levels[2 * sizes[family(c)]], 2 * sizes[family(c)])
+        "claims": {str(c["id"]): _claim_power(c, plan, levels[directions[family(c)]], directions[family(c)])
                    for c in claims if not c.get("vacuous")},
         "vacuous": {str(c["id"]): c["vacuous"] for c in claims if c.get("vacuous")}}
     write_json_atomic(record_path(study_file), record)
@@ -149,7 +146,10 @@ def check_before_running(study_file: Path, record: dict, plan: dict) -> None:
 
 
 def _start(result: dict) -> dt.datetime | None:
-    """When a cell started: its finish time less its wall time."""
+    """When a cell's first attempt started (``attempts``; a result without them: its finish time
+    less its wall time)."""
+    if result.get("attempts"):
+        return min(dt.datetime.fromisoformat(a["started"]) for a in result["attempts"])
     if not result.get("finished") or result.get("wall_time_s") is None:
         return None
     return dt.datetime.fromisoformat(result["finished"]) - dt.timedelta(seconds=float(result["wall_time_s"]))
@@ -175,12 +175,14 @@ def provenance(study_file: Path, record: dict, folder: Path) -> str:
                for p in run_store.files_named(Path(folder), "results.json")]
     if not results:
         return f"registered at {commit[:12]}, {when.isoformat()}; no cell has run"
+    descends: dict[str, bool] = {}  # cell commit -> whether it descends from the registration commit
     for where, r in results:
         code, start = r.get("code") or {}, _start(r)
         if not code.get("commit") or code.get("dirty") is not False:
             return f"not proven registered before its cells: {where} ran from an unknown or uncommitted tree"
-        ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", commit, code["commit"]], cwd=cwd,
-                                  capture_output=True).returncode == 0
-        if not ancestor or start is None or start < when:
+        if code["commit"] not in descends:
+            descends[code["commit"]] = subprocess.run(["git", "merge-base", "--is-ancestor", commit, code["commit"]],
+                                                      cwd=cwd, capture_output=True).returncode == 0
+        if not descends[code["commit"]] or start is None or start < when:
             return f"not proven registered before its cells: {where} ran before or beside the registration commit"
     return f"registered at {commit[:12]}, {when.isoformat()}, before its first cell ({len(results)} cells checked)"

@@ -49,11 +49,10 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 from ner_lightning import registration
-from ner_lightning.report.claim_spec import family, grids_of, load_claims
+from ner_lightning.report.claim_spec import family, family_directions, grids_of, load_claims
 from ner_lightning.report.claims import Judged, decide, judge, undecided_verdict, verdict
 from ner_lightning.report.stats import detectable_effect
 from ner_lightning.report.sequential import BOUNDARIES, SPENDING, nominal_levels, spent, t_boundaries, t_levels
@@ -207,7 +206,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
         folder.mkdir(parents=True, exist_ok=True)
         write_json_atomic(record_path, record)
     alpha, stages = plan["alpha"], plan["stages"]
-    sizes = Counter(family(c) for c in claims if not c.get("vacuous"))  # as decide() counts a family
+    directions = family_directions(claims)  # as decide() counts a family
     open_ids = [str(c["id"]) for c in claims if not c.get("vacuous")]  # a vacuous claim is not judged
     levels: dict[int, list[float]] = {}
     for k, n_k in enumerate(stages[:len(recorded["looks"])] if replay else stages):  # a replay: the recorded looks
@@ -220,7 +219,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
         look = {"look": k + 1, "partitions": n_k, "claims": {}}
         if plan["sequential"]:
             for j in judged:
-                tests = 2 * sizes[family(j.claim)]
+                tests = directions[family(j.claim)]
                 if tests not in levels:  # the boundary of a family of this size
                     levels[tests] = look_levels(plan, tests)
                 look["claims"][str(j.claim["id"])], final = _sequential_look(j, plan, k, levels[tests][k], tests)
@@ -311,17 +310,12 @@ def main(argv: list[str] | None = None) -> None:
     if not args.claims.is_file():
         raise SystemExit(f"{args.claims}: no such claims file")
     if args.register:
-        settings = load_claims(args.claims)[0]
+        settings, claims = load_claims(args.claims)
         plan = plan_of(args.claims, True)
-        print(registration.register(args.claims, plan, {t: look_levels(plan, t) for t in _family_tests(args.claims)},
-                                    args.dir or study_dir(args.claims, settings)))
+        levels = {t: look_levels(plan, t) for t in set(family_directions(claims).values())}
+        print(registration.register(args.claims, plan, levels, args.dir or study_dir(args.claims, settings)))
         return
     print(table(run_study(args.claims, args.sequential, args.overrides, args.dir, args.show)))
-
-
-def _family_tests(path: Path) -> set[int]:
-    """The directions (2m) of each family of the file's judged claims."""
-    return {2 * m for m in Counter(family(c) for c in load_claims(path)[1] if not c.get("vacuous")).values()}
 
 
 if __name__ == "__main__":

@@ -240,12 +240,12 @@ def _git(cwd, *args, when=None):
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _registered_cell(folder, name, partition, commit, finished, dirty=False):
+def _registered_cell(folder, name, partition, commit, finished, dirty=False, attempts=None):
     d = folder / "g" / name
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps({
         "overrides": [f"partition={partition}"], "code": {"commit": commit, "dirty": dirty},
-        "finished": finished, "wall_time_s": 10.0}))
+        "finished": finished, "wall_time_s": 10.0, "attempts": attempts}))
 
 
 def test_a_registered_study_refuses_changes_and_its_proof_needs_git_and_the_cells_times(tmp_path):
@@ -305,6 +305,11 @@ def test_a_registered_study_refuses_changes_and_its_proof_needs_git_and_the_cell
     _registered_cell(folder, "c", 201, registered, "2026-01-03T00:00:00+00:00", dirty=True)
     assert "uncommitted tree" in registration.provenance(study, record, folder)
     (folder / "g" / "c" / "results.json").unlink()
+    _registered_cell(folder, "d", 201, registered, "2026-01-03T00:00:00+00:00", attempts=[  # resumed after
+        {"started": "2026-01-01T12:00:00+00:00", "wall_time_s": None},  # an attempt begun before registering
+        {"started": "2026-01-02T23:59:50+00:00", "wall_time_s": 10.0}])
+    assert registration.provenance(study, record, folder).startswith("not proven registered before its cells")
+    (folder / "g" / "d" / "results.json").unlink()
     tampered = registration.record_path(study)
     tampered.write_text(tampered.read_text().replace('"toy"', '"toy"') + "\n")
     _git(repo, "commit", "-qam", "edit the record")

@@ -14,6 +14,7 @@ paper names none).
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Collection
 
@@ -67,6 +68,12 @@ def grids_of(claim: dict) -> list[str]:
 def family(claim: dict) -> str:
     """The claim's family for :func:`symmetric_verdicts`: its ``family`` key, else its paper."""
     return str(claim.get("family") or claim["paper"])
+
+
+def family_directions(claims: list[dict]) -> dict[str, int]:
+    """Each family's number of one-sided tests (2m): a claim and its reverse for each of its m
+    judged claims (a vacuous claim is not judged and does not count)."""
+    return {name: 2 * m for name, m in Counter(family(c) for c in claims if not c.get("vacuous")).items()}
 
 
 def scorer(claim: dict, settings: dict) -> str:

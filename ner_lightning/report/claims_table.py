@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import copy
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Collection
 
-from ner_lightning.report.claim_spec import family, paper_distance, scorer, selected, strict
+from ner_lightning.report.claim_spec import family, family_directions, paper_distance, scorer, selected, strict
 from ner_lightning.report.claims import Judged, claim_runs, decide, judge_all
 from ner_lightning.report.stats import POWER, partitions_needed
 
@@ -133,7 +132,7 @@ def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], 
             f"mean Δ [t {level}% CI]", f"bootstrap {level}% CI", "p (Holm in family)", "verdict", "design", "family",
             "scorer", f"detectable Δ ({round(100 * POWER)}% power)", "paper's Δ", "partitions for the paper's Δ",
             "verdict, other scorer", "verdict, one family of all claims"]
-    sizes = Counter(family(j.claim) for j in judged if not j.claim.get("vacuous"))
+    directions = family_directions([j.claim for j in judged])
     rows = []
     for k, (j, o) in enumerate(zip(judged, one)):
         c = j.claim
@@ -144,7 +143,7 @@ def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], 
                      f"{j.verdict}: {c['vacuous']}" if c.get("vacuous") else j.verdict, DESIGN,
                      family(c), scorer(c, settings), "—" if c.get("vacuous") else f"{j.detectable:.3f}",
                      "—" if paper is None else f"{float(paper):+.3f}",
-                     "—" if c.get("vacuous") else _needed(j, alpha, 2 * sizes[family(c)]),
+                     "—" if c.get("vacuous") else _needed(j, alpha, directions[family(c)]),
                      "—" if other is None else other[k].verdict, o.verdict])
     resumed = sorted({d for j in judged for d in j.resumed})
     note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)
