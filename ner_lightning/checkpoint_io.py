@@ -1,4 +1,4 @@
-"""How checkpoints reach the disk (Lightning's ``CheckpointIO`` plugin, ``trainer.plugins``), and
+"""How checkpoints reach and leave the disk (Lightning's ``CheckpointIO`` plugin, ``trainer.plugins``), and
 the random states a resumed fit restores (:func:`rng_states`)."""
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ class StreamingCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
             return super().save_checkpoint(checkpoint, path, storage_options)
         write_atomic(path, lambda fh: torch.save(checkpoint, fh), fsync=False)
+
+    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
+        """Tensors and plain values only, whatever the caller asks: unpickling a checkpoint runs no
+        code it names (ours hold nothing else: :func:`rng_states`)."""
+        return super().load_checkpoint(path, map_location=map_location, weights_only=True)
 
 
 def rng_states() -> dict:

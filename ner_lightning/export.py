@@ -23,8 +23,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
+import pickle
+import re
 import shutil
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +42,16 @@ from ner_lightning.data.datamodule import sorted_batches
 from ner_lightning.hardware import eval_batch_tokens
 from ner_lightning.model_card import model_card
 from ner_lightning.models.base import NERModule
+from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.heads import build_family
+from ner_lightning.trust import Trust, add_trust_options, check_buildable, trust_of
 
 FORMAT = 2  # model.json's layout version (1: the encoder always under encoder/, no pipeline model)
 READS = (1, 2)
 PIPELINE = {"task": "token-classification", "aggregation_strategy": "first"}
+ENCODER_DIRS = (".", "encoder")
+ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[=\s,\['\"]))/[^\s,\]'\"]+")
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 
 
 def token_classification_model(module: NERModule):
@@ -70,11 +79,41 @@ def token_classification_model(module: NERModule):
     return model.eval()
 
 
+def local_roots(config: dict) -> dict[str, str]:
+    """The exporting machine's folders a cell's config may name, each with the name an export
+    writes instead (longest first): the cell, the corpora, the project, the Python environment."""
+    paths = config.get("paths") or {}
+    named = {"<cell>": paths.get("output_dir"), "<data_dir>": paths.get("data_dir"),
+             "<root_dir>": paths.get("root_dir"), "<site-packages>": sysconfig.get_paths()["purelib"],
+             "<python>": sys.prefix, "~": str(Path.home())}
+    roots = {}
+    for name, folder in named.items():
+        for form in {str(folder), os.path.normpath(str(folder)), os.path.realpath(str(folder))} if folder else ():
+            if len(form) > 1:
+                roots.setdefault(form.rstrip("/"), name)
+    return dict(sorted(roots.items(), key=lambda kv: -len(kv[0])))
+
+
+def portable(value, roots: dict[str, str]):
+    """``value`` (a config, a result) with every local folder named as in :func:`local_roots`, and
+    any other absolute path as ``<local path>``: an export carries no machine's paths."""
+    if isinstance(value, dict):
+        return {k: portable(v, roots) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, roots) for v in value]
+    if not isinstance(value, str):
+        return value
+    for folder, name in roots.items():
+        value = re.sub(re.escape(folder) + r"(?=/|$|[\s,\]'\"])", lambda _: name, value)
+    return ABSOLUTE_PATH.sub("<local path>", value)
+
+
 def export_model(module: NERModule, result: dict, out: str | Path) -> Path:
     """Write ``module`` (with the weights it holds now), the cell's ``result`` (results.json: its
     config, scores and provenance) and a model card to ``out``, replacing a previous export there
-    only once the new one is complete."""
+    only once the new one is complete. No file names a local folder (:func:`portable`)."""
     out = Path(out)
+    result = portable(result, local_roots(result["config"]))
     config = result["config"]
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -95,7 +134,9 @@ def export_model(module: NERModule, result: dict, out: str | Path) -> Path:
             {"available": True, **PIPELINE},
             "entity_types": {name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
             "queries": [queries.get(t) or t for t in types], "max_length": config["data"]["max_length"],
-            "eval_batch_size": config["data"]["eval_batch_size"], "precision": result["precision"]["eval"]}
+            "eval_batch_size": config["data"]["eval_batch_size"], "precision": result["precision"]["eval"],
+            "trained_on": {"dataset": result["partition"]["dataset"], "encoder": (result.get("grid") or {}).get("model"),
+                           "inputs_sha256": (result.get("identity") or {}).get("inputs")}}
     (partial / "model.json").write_text(json.dumps(meta, indent=2))
     OmegaConf.save(OmegaConf.create(config), partial / "config.yaml")
     (partial / "README.md").write_text(model_card(result, meta, module.label_set.labels))
@@ -105,9 +146,29 @@ def export_model(module: NERModule, result: dict, out: str | Path) -> Path:
 
 
 def load_weights(module: NERModule, checkpoint: str | Path) -> None:
-    """The weights of one of our checkpoints (``best.ckpt``/``last.ckpt``) into ``module``."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-    module.load_state_dict(state)
+    """The weights of one of our checkpoints (``best.ckpt``/``last.ckpt``) into ``module``: tensors
+    and plain values only (``weights_only``: unpickling runs no code the file names)."""
+    module.load_state_dict(read_tensors(checkpoint)["state_dict"])
+
+
+def read_tensors(path: str | Path) -> dict:
+    """A file written by ``torch.save``, read as data (``weights_only``: tensors and plain values;
+    unpickling runs nothing the file names)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(f"{path}: not plain tensors, refused unread ({str(err).splitlines()[0]})") from err
+
+
+def build_module(config: dict, heads: dict[str, LabelSet], where: str, trust: Trust, **encoder_keys) -> NERModule:
+    """The encoder (``config["model"]``, ``encoder_keys`` replacing its keys) and the objective
+    family (``config["loss"]``) of a cell's config read from ``where``, each checked by
+    :func:`check_buildable` first. Loading trains nothing: the family's optimiser is not built."""
+    model = {**config["model"], **encoder_keys}
+    check_buildable(model, TransformerEncoder, "model", where, trust)
+    loss = {**config["loss"], "optimizer": None}
+    check_buildable(loss, NERModule, "loss", where, trust)
+    return build_family(OmegaConf.create(loss), instantiate(OmegaConf.create(model)), heads)
 
 
 @dataclass
@@ -131,9 +192,9 @@ class ExportedModel:
         return self.module.tag(batches, [len(s) for s in items])
 
 
-def load(folder: str | Path, device: str = "cpu", precision: str | None = None) -> ExportedModel:
-    """Load an export: the encoder from ``encoder/``, the family from ``config.yaml``, its
-    heads' weights; evaluation in ``precision`` (default: the cell's evaluation precision)."""
+def load(folder: str | Path, device: str = "cpu", precision: str | None = None, trust: Trust = Trust()) -> ExportedModel:
+    """Load an export: the encoder from ``encoder/``, the family from ``config.yaml`` (what it may
+    build: ``trust``), its heads' weights; evaluation in ``precision`` (default: the cell's)."""
     folder = Path(folder)
     meta_path = folder / "model.json"
     if not meta_path.is_file():
@@ -142,25 +203,30 @@ def load(folder: str | Path, device: str = "cpu", precision: str | None = None) 
     meta = json.loads(meta_path.read_text())
     if meta.get("format") not in READS:
         raise ValueError(f"{meta_path}: format {meta.get('format')}, this version reads formats {READS}")
+    if meta.get("encoder_dir", "encoder") not in ENCODER_DIRS:
+        raise ValueError(f"{meta_path}: encoder_dir {meta['encoder_dir']!r}: an export keeps its encoder in one of "
+                         f"{ENCODER_DIRS} inside its own folder")
+    if (precision or meta["precision"]) not in PRECISIONS:
+        raise ValueError(f"{meta_path}: precision {meta['precision']!r} is not one of {PRECISIONS}")
     config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
-    encoder_dir = folder / meta.get("encoder_dir", "encoder")
-    model = {**config["model"], "name_or_path": str(encoder_dir), "tokenizer": None, "random_init": None}
-    encoder = instantiate(OmegaConf.create(model))
     heads = {name: LabelSet(types) for name, types in meta["entity_types"].items()}
-    module = build_family(OmegaConf.create(config["loss"]), encoder, heads)
-    missing, unexpected = module.load_state_dict(torch.load(folder / "heads.pt", map_location="cpu"), strict=False)
+    module = build_module(config, heads, str(folder / "config.yaml"), trust,
+                          name_or_path=str(folder / meta.get("encoder_dir", "encoder")), tokenizer=None, random_init=None)
+    weights = read_tensors(folder / "heads.pt")
+    missing, unexpected = module.load_state_dict(weights, strict=False)
     wrong = [k for k in missing if not k.startswith("encoder.")] + list(unexpected)
     if wrong:
         raise ValueError(f"{folder / 'heads.pt'} does not fit {meta['family']}: {', '.join(wrong[:6])}")
     module.evaluate_in(precision or meta["precision"])
     module.eval().to(device)
-    tokenizer = encoder.tokenizer
+    tokenizer = module.encoder.tokenizer
     aligner = aligner_for(meta["framing"], tokenizer, meta["max_length"], meta.get("queries") or [])
     return ExportedModel(module, aligner, meta, eval_batch_tokens(torch.device(device).type))
 
 
-def export_cell(cell_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Export a finished cell from its kept checkpoint (``keep_checkpoint=true``)."""
+def export_cell(cell_dir: str | Path, out: str | Path | None = None, trust: Trust = Trust()) -> Path:
+    """Export a finished cell from its kept checkpoint (``keep_checkpoint=true``); what its
+    ``results.json`` may build: ``trust``."""
     cell_dir = Path(cell_dir)
     results = cell_dir / "results.json"
     if not results.is_file():
@@ -170,10 +236,8 @@ def export_cell(cell_dir: str | Path, out: str | Path | None = None) -> Path:
     if not checkpoint or not Path(checkpoint).is_file():
         raise FileNotFoundError(f"{cell_dir}: no kept checkpoint ({checkpoint or 'keep_checkpoint was false'}); "
                                 "rerun the cell with keep_checkpoint=true, or with export=true to export it as it ends")
-    config = result["config"]
-    encoder = instantiate(OmegaConf.create(config["model"]))
     heads = {name: LabelSet(types) for name, types in result["labels"].items()}
-    module = build_family(OmegaConf.create(config["loss"]), encoder, heads)
+    module = build_module(result["config"], heads, str(results), trust)
     load_weights(module, checkpoint)
     return export_model(module, result, out or cell_dir / "export")
 
@@ -182,12 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ner_lightning.export", description=__doc__.split("\n\n")[0])
     ap.add_argument("cell", help="a finished cell's folder (its results.json names the kept checkpoint)")
     ap.add_argument("--out", help="the export folder (default: <cell>/export)")
+    add_trust_options(ap)
     args = ap.parse_args(argv)
     from ner_lightning.console import quiet
 
     quiet()
     try:
-        folder = export_cell(args.cell, args.out)
+        folder = export_cell(args.cell, args.out, trust_of(args))
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

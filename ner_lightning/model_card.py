@@ -53,7 +53,8 @@ def model_card(result: dict, meta: dict, labels: list[str]) -> str:
     token_loss = (cfg["loss"].get("token_loss") or {}).get("_target_")
     objective = cfg["loss"]["_target_"] + (f" with {token_loss}" if token_loss else "")
     commit = f"{code.get('commit') or 'unknown'}{' (uncommitted changes)' if code.get('dirty') else ''}"
-    rows = [("encoder", f"`{cfg['model']['name_or_path']}`"), ("objective", f"`{objective}`"),
+    encoder = (result.get("grid") or {}).get("model")
+    rows = [("encoder", f"{encoder} (`{cfg['model']['name_or_path']}`)" if encoder else f"`{cfg['model']['name_or_path']}`"), ("objective", f"`{objective}`"),
             ("corpus", f"{p['dataset']}: {p['size']} training sentences, partition {p['partition']}, seed {p['seed']}"),
             ("training sentences (sha256)", f"`{p['sha256']}`"), ("labels", ", ".join(labels)),
             ("selected", f"epoch {result.get('best_epoch')} by {result.get('monitor')} = {result.get('dev_monitor')}"),

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ner_lightning.data.corpus import CorpusFormatError, read_conll, write_conll
+from ner_lightning.trust import add_trust_options, trust_of
 
 WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+(?:[-'’]\w+)*|[^\w\s]")
 TAG = re.compile(r"^(O|[BI]-.+)$")
@@ -55,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
     ap.add_argument("--precision", choices=("32-true", "bf16-mixed", "16-mixed"),
                     help="encoder precision (default: the one the cell evaluated in)")
+    add_trust_options(ap)
     return ap
 
 
@@ -69,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         from ner_lightning.export import load
 
         quiet()
-
-        model = load(args.model, args.device, args.precision)
+        model = load(args.model, args.device, args.precision, trust_of(args))
     except (CorpusFormatError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -280,8 +280,8 @@ def test_a_cell_resumed_from_its_last_checkpoint_ends_as_an_uninterrupted_one(to
     monkeypatch.undo()
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert last.is_file() and not (tmp_path / "run" / "results.json").exists()
-    saved_epoch = torch.load(last, weights_only=False)["epoch"]
-    best = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=False)["epoch"]
+    saved_epoch = torch.load(last, weights_only=True)["epoch"]
+    best = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)["epoch"]
     assert saved_epoch == (1 if min_interval_s == 0 else 0) and best <= saved_epoch
     resumed = train(toy_cfg(*overrides), resume=last)
     assert resumed["resumed_from"] == str(last)
