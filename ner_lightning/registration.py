@@ -21,8 +21,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import json
+import os
 import subprocess
+import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 from ner_lightning.report.claim_spec import family, family_directions, load_claims, paper_distance
@@ -96,8 +101,9 @@ def _claim_power(claim: dict, plan: dict, levels: list[float], tests: int) -> di
     return out
 
 
-def register(study_file: Path, plan: dict, levels: dict[int, list[float]], folder: Path) -> str:
-    """Write the study file's registration record (module docstring); returns what to do next."""
+def register(study_file: Path, plan: dict, levels: dict[str, list[float]], folder: Path, error: dict) -> str:
+    """Write the study file's registration record (module docstring) with each family's look
+    ``levels`` and the study-wide ``error`` (``study.study_wide_error``); returns what to do next."""
     study_file = Path(study_file)
     if record_path(study_file).exists():
         raise SystemExit(f"{record_path(study_file)}: the study is registered already; a new design is a new study "
@@ -120,13 +126,66 @@ def register(study_file: Path, plan: dict, levels: dict[int, list[float]], folde
         "study_file": study_file.as_posix(), "sha256": _sha256(study_file),
         "commit": _git("rev-parse", "HEAD", cwd=root).strip(),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "plan": plan,
-        "levels": {str(t): v for t, v in sorted(levels.items())},
-        "claims": {str(c["id"]): _claim_power(c, plan, levels[directions[family(c)]], directions[family(c)])
+        "levels": dict(sorted(levels.items())),
+        "claims": {str(c["id"]): _claim_power(c, plan, levels[family(c)], directions[family(c)])
                    for c in claims if not c.get("vacuous")},
-        "vacuous": {str(c["id"]): c["vacuous"] for c in claims if c.get("vacuous")}}
+        "vacuous": {str(c["id"]): c["vacuous"] for c in claims if c.get("vacuous")},
+        "study_wide_error": error, "rule": rule_fingerprint()}
     write_json_atomic(record_path(study_file), record)
+    families = ", ".join(f"{name} {a:g}" for name, a in error["families"].items())
     return (f"registered {study_file} at {record['commit'][:12]} ({record['date']}): commit "
-            f"{record_path(study_file)} before running the study")
+            f"{record_path(study_file)} before running the study\nfamily-wise error per family: {families}; "
+            f"study-wide: at most {error['bound']:.4f} (Bonferroni), {error['independent']:.4f} if the families "
+            "are independent")
+
+
+RULE = ("study.py", "study_plan.py", "report/claims.py", "report/claim_spec.py", "report/sequential.py", "report/stats.py",
+        "report/runs.py", "report/tables.py")  # the modules that compute verdicts and their labels
+
+
+def rule_fingerprint() -> dict[str, str]:
+    """The sha256 of each module of the judging rule (:data:`RULE`), as this process runs it."""
+    package = Path(__file__).resolve().parent
+    return {name: _sha256(package / name) for name in RULE}
+
+
+REGISTERED_RULE = """
+import json, sys
+from pathlib import Path
+from ner_lightning.study import run_study
+record = run_study(Path(sys.argv[1]), folder=Path(sys.argv[2]), replay=True)
+print(json.dumps(record["verdicts"]))
+"""
+
+
+def rule_check(study_file: Path, record: dict, folder: Path, verdicts: dict) -> str:
+    """Whether the rule that judged now is the registered one; if not, the registered commit's
+    rule (its package, from git) judges the study again in a fresh process and every label the
+    two rules give differently is named."""
+    if "rule" not in record:
+        return "the judging rule was not registered (the record predates rule fingerprints)"
+    changed = [name for name, sha in rule_fingerprint().items() if record["rule"].get(name) != sha]
+    if not changed:
+        return "judged by the registered rule (its modules unchanged)"
+    said = f"the judging rule changed since registration ({', '.join(changed)})"
+    cwd = Path(study_file).resolve().parent
+    try:
+        archive = subprocess.run(["git", "archive", record["commit"], "--", "ner_lightning"], capture_output=True,
+                                 check=True, timeout=120, cwd=Path(_git("rev-parse", "--show-toplevel", cwd=cwd).strip()))
+    except (OSError, subprocess.CalledProcessError):
+        return f"{said}; git holds no package at the registered commit to judge with: judged by the current rule"
+    with tempfile.TemporaryDirectory() as tmp:
+        tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(tmp, filter="data")
+        env = {**os.environ, "PYTHONPATH": tmp}
+        proc = subprocess.run([sys.executable, "-c", REGISTERED_RULE, str(Path(study_file).resolve()),
+                               str(Path(folder).resolve())], capture_output=True, text=True, env=env, cwd=cwd)
+    if proc.returncode:
+        return f"{said}; the registered rule failed to judge it ({proc.stderr.strip().splitlines()[-1:]})"
+    registered = json.loads(proc.stdout.strip().splitlines()[-1])
+    differ = [f"{cid}: registered rule {registered.get(cid, {}).get('verdict')!r}, current {v['verdict']!r}"
+              for cid, v in verdicts.items() if registered.get(cid, {}).get("verdict") != v["verdict"]]
+    return f"{said}; " + ("labels that differ from the registered rule's: " + "; ".join(differ) if differ
+                          else "the registered rule gives every label the current one does")
 
 
 def check_before_running(study_file: Path, record: dict, plan: dict) -> None:

@@ -45,95 +45,27 @@ verdicts against the record and prints the table.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from ner_lightning import registration
-from ner_lightning.report.claim_spec import family, family_directions, grids_of, load_claims
-from ner_lightning.report.claims import Judged, decide, judge, undecided_verdict, verdict
+from ner_lightning.report.claim_spec import (check_delta_source, family, family_directions, grids_of, load_claims,
+                                             scored_metric)
+from ner_lightning.report.claims import (Judged, decide, interval_at, judge, undecided_verdict, verdict, verdict_kind,
+                                         wilcoxon_p)
+from ner_lightning.report.sequential import spent
 from ner_lightning.report.stats import detectable_effect
-from ner_lightning.report.sequential import BOUNDARIES, SPENDING, nominal_levels, spent, t_boundaries, t_levels
+from ner_lightning.report.study_table import show, table
+from ner_lightning.study_plan import ROBUST, family_alpha, look_levels, look_partitions, plan_of, study_wide_error
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
 
 RECORD = "study.json"
-
-
-def plan_of(path: Path, sequential: bool) -> dict:
-    """The study's plan from its claims file, checked: looks (partitions per look), spending, α,
-    and a hash of the claims and grids it judges."""
-    settings, claims = load_claims(path)
-    spec = settings["study"]
-    missing = [c["id"] for c in claims if "grid" not in c]
-    if missing:
-        raise SystemExit(f"{path}: claims {', '.join(map(str, missing))} name no `grid` — a study runs the grids "
-                         "its claims need (`grids:` and `grid:` per claim)")
-    for name, overrides in settings["grids"].items():
-        if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
-            raise SystemExit(f"{path}: grids.{name} must be a list of Hydra overrides (key=value strings)")
-        if any(o.split("=", 1)[0].lstrip("+~") == "partition" for o in overrides):
-            raise SystemExit(f"{path}: grids.{name} sets partition — the study sets the partitions of each look")
-    total = int(spec.get("partitions", 10))
-    stages = [int(s) for s in spec.get("stages") or [total]] if sequential else [total]
-    if sequential and (stages[-1] != total or stages[0] < 2 or any(b <= a for a, b in zip(stages, stages[1:]))):
-        raise SystemExit(f"{path}: study.stages {stages} must increase from at least 2 to study.partitions ({total})")
-    if total < 2:
-        raise SystemExit(f"{path}: study.partitions must be at least 2 (a verdict needs 2 paired partitions)")
-    kind = str(spec.get("spending", "obrien_fleming"))
-    if kind not in SPENDING:
-        raise SystemExit(f"{path}: study.spending {kind!r} is not one of {SPENDING}")
-    rule = str(spec.get("boundaries", "t_simulated"))
-    if rule not in BOUNDARIES:
-        raise SystemExit(f"{path}: study.boundaries {rule!r} is not one of {BOUNDARIES}")
-    judged_spec = json.dumps({"claims": claims, "grids": settings["grids"]}, sort_keys=True, ensure_ascii=False)
-    plan = {"sequential": sequential, "alpha": settings["alpha"], "partitions": total, "stages": stages,
-            "first_partition": int(spec.get("first_partition", 0)), "spending": kind if sequential else None,
-            "claims_sha256": hashlib.sha256(judged_spec.encode()).hexdigest(), "boundaries": rule}
-    if sequential and rule == "t_simulated":
-        plan["simulation"] = {"studies": int(spec.get("simulation_studies", 2_000_000)),
-                              "seed": int(spec.get("simulation_seed", 0))}
-    plan.update(_declared(path, spec))
-    return plan
-
-
-def _declared(path: Path, spec: dict) -> dict:
-    """The exclusions and α recycling a study file declares (only when it declares them: a file
-    from before they were declared keeps its plan)."""
-    out = {}
-    if "exclusions" in spec:
-        exclusions = spec["exclusions"] or []
-        if not all(isinstance(e, dict) and isinstance(e.get("partition"), int) and e.get("why") for e in exclusions):
-            raise SystemExit(f"{path}: study.exclusions must be a list of {{partition: N, why: ...}}")
-        out["exclusions"] = sorted(int(e["partition"]) for e in exclusions)
-    if "alpha_recycling" in spec:
-        if spec["alpha_recycling"] != "none":
-            raise SystemExit(f"{path}: study.alpha_recycling {spec['alpha_recycling']!r}: only `none` is supported "
-                             "(a decided claim's α stays with it; the rest of its family keeps its own level)")
-        out["alpha_recycling"] = "none"
-    return out
-
-
-def look_levels(plan: dict, tests: int) -> list[float]:
-    """The one-sided p-levels of each look for a family of ``tests`` directions (α / tests each):
-    the t-exact simulated boundaries, or the earlier z-nominal ones (``plan["boundaries"]``)."""
-    stages, alpha = plan["stages"], plan["alpha"] / tests
-    if plan["boundaries"] == "z_nominal":
-        return nominal_levels([s / stages[-1] for s in stages], alpha, plan["spending"])
-    sim = plan["simulation"]
-    return t_levels(stages, t_boundaries(stages, alpha, plan["spending"], sim["studies"], sim["seed"]))
-
-
-def look_partitions(plan: dict, n: int) -> list[int]:
-    """The first ``n`` partitions from ``first_partition`` that the plan does not exclude."""
-    excluded, out, p = set(plan.get("exclusions", [])), [], plan["first_partition"]
-    while len(out) < n:
-        if p not in excluded:
-            out.append(p)
-        p += 1
-    return out
+SCORING = "paper"  # a study judges each claim on its paper's registered scorer (claim_spec.scored_metric)
 
 
 def study_dir(path: Path, settings: dict) -> Path:
@@ -164,11 +96,12 @@ def launch(grid: str, overrides: list[str], partitions: list[int], folder: Path,
                          "named above — fix the cause and run the same study command again (done cells are kept)")
 
 
-def _judge_look(claims: list[dict], settings: dict, folder: Path, partitions: list[int]) -> list[Judged]:
+def _judge_look(claims: list[dict], settings: dict, folder: Path, partitions: list[int], scoring: str) -> list[Judged]:
+    """Each claim on the look's partitions, its metric under ``scoring`` (``claim_spec.scored_metric``)."""
     labels = {str(p) for p in partitions}
     loaded: dict = {}
-    return [judge({**c, "runs": grids_of(c)}, settings["alpha"], settings["resamples"], settings["seed"], folder,
-                  loaded=loaded, partitions=labels) for c in claims]
+    return [judge({**c, "runs": grids_of(c), "metric": scored_metric(c, settings, scoring)}, settings["alpha"],
+                  settings["resamples"], settings["seed"], folder, loaded=loaded, partitions=labels) for c in claims]
 
 
 def _plan_and_record(path: Path, record_path: Path, sequential: bool, replay: bool) -> tuple[dict, dict | None]:
@@ -192,72 +125,136 @@ def _plan_and_record(path: Path, record_path: Path, sequential: bool, replay: bo
 def run_study(path: Path, sequential: bool = False, extra: list[str] | None = None, folder: Path | None = None,
               replay: bool = False) -> dict:
     """Run the study of a claims file (module docstring), in ``folder`` if given; ``replay``: judge
-    the recorded looks again from the folder's cells, launching and writing nothing."""
+    the recorded looks again from the folder's cells, launching and writing nothing (:func:`replay_study`)."""
     path = Path(path)
     settings, claims = load_claims(path)
     folder = Path(folder) if folder else study_dir(path, settings)
+    if replay:
+        return replay_study(path, folder)
     record_path = folder / RECORD
-    plan, recorded = _plan_and_record(path, record_path, sequential, replay)
+    plan, recorded = _plan_and_record(path, record_path, sequential, False)
+    if recorded and recorded.get("scoring", "as_written") != SCORING:
+        raise SystemExit(f"{record_path}: this study ran judging each claim's metric as written, not on its "
+                         "paper's scorer; it cannot go on under another rule: `--show` replays it both ways")
     registered = registration.read(path)
-    if registered and not replay:
+    if registered:
         registration.check_before_running(path, registered, plan)
-    record = {"claims_file": str(path), "plan": plan, "looks": [], "verdicts": {}}
-    if not replay:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(record_path, record)
-    alpha, stages = plan["alpha"], plan["stages"]
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"claims_file": str(path), "plan": plan, "scoring": SCORING, "looks": [], "verdicts": {}}
+    write_json_atomic(record_path, record)
+    _looks(record, settings, claims, folder, len(plan["stages"]), SCORING, lambda: write_json_atomic(record_path, record),
+           lambda grids, partitions: [launch(g, list(settings["grids"][g]), partitions, folder / g, list(extra or []))
+                                      for g in grids])
+    return record
+
+
+def replay_study(path: Path, folder: Path) -> dict:
+    """The recorded study judged again from its cells, launching nothing: first as it ran (its
+    record's scoring; the decisions must be the record's, else the cells changed), then as
+    registered — each claim on its paper's scorer, with the Δ sources and exploratory analyses of
+    a deviations file (``FILE.deviations.yaml``) — and the registration's proof and rule."""
+    settings, claims = load_claims(path)
+    plan, recorded = _plan_and_record(path, folder / RECORD, False, True)
+    as_run_scoring = recorded.get("scoring", "as_written")  # records from before the scorer was applied
+    count = len(recorded["looks"])
+    judged = {"claims_file": str(path), "plan": plan, "scoring": as_run_scoring, "looks": [], "verdicts": {}}
+    _looks(judged, settings, claims, folder, count, as_run_scoring)
+    if _decisions(judged) != _decisions(recorded):
+        raise SystemExit(f"{folder / RECORD}: the cells judged again give {judged['verdicts']}, the record says "
+                         f"{recorded['verdicts']}: the cells changed since the study ran")
+    deviations = read_deviations(path)
+    record = {"claims_file": str(path), "plan": plan, "scoring": SCORING, "looks": [], "verdicts": {}}
+    _looks(record, settings, [{**c, **deviations.get("claims", {}).get(str(c["id"]), {})} for c in claims], folder,
+           count, SCORING, robust=plan.get("robust") or deviations.get("exploratory_robust"))
+    if any(scored_metric(c, settings, as_run_scoring) != scored_metric(c, settings, SCORING) for c in claims):
+        record["as_run"] = recorded  # judged on other metrics than the registered ones
+    record["deviations"] = deviations.get("note")
+    record["study_wide_error"] = study_wide_error(plan, list(family_directions(claims)))
+    registered = registration.read(path)
+    record["registration"] = registration.provenance(path, registered, folder) if registered else None
+    record["rule"] = registration.rule_check(path, registered, folder, record["verdicts"]) if registered else None
+    return record
+
+
+def read_deviations(path: Path) -> dict:
+    """A registered study's deviations, found after its results (``FILE.deviations.yaml`` beside
+    it): ``note`` (what was wrong, when it was found, what changes), ``paper_delta_from`` per claim
+    id (the Δ's source, ``claim_spec.check_delta_source``) and ``exploratory_robust`` (a robust
+    analysis not registered, shown as exploratory). They change labels, never decisions."""
+    file = Path(path).with_suffix(".deviations.yaml")
+    if not file.exists():
+        return {}
+    data = yaml.safe_load(file.read_text()) or {}
+    claims = {str(k): {"paper_delta_from": v} for k, v in (data.get("paper_delta_from") or {}).items()}
+    known = {str(c["id"]): c for c in load_claims(path)[1]}
+    for cid, overlay in claims.items():
+        if cid not in known:
+            raise SystemExit(f"{file}: paper_delta_from.{cid}: no such claim in {path}")
+        check_delta_source(file, {**known[cid], **overlay})
+    robust = data.get("exploratory_robust")
+    if robust is not None and robust not in ROBUST:
+        raise SystemExit(f"{file}: exploratory_robust {robust!r} is not one of {ROBUST}")
+    return {"note": data.get("note"), "claims": claims, "exploratory_robust": robust}
+
+
+def _looks(record: dict, settings: dict, claims: list[dict], folder: Path, count: int, scoring: str,
+           save=lambda: None, launch_grids=None, robust: str | None = None) -> None:
+    """The study's first ``count`` looks into ``record``: at each, the grids of the undecided claims
+    launched (``launch_grids``, unless replaying), the claims judged under ``scoring``, decided
+    ones dropped; stops when none is left open."""
+    plan = record["plan"]
     directions = family_directions(claims)  # as decide() counts a family
     open_ids = [str(c["id"]) for c in claims if not c.get("vacuous")]  # a vacuous claim is not judged
-    levels: dict[int, list[float]] = {}
-    for k, n_k in enumerate(stages[:len(recorded["looks"])] if replay else stages):  # a replay: the recorded looks
+    levels: dict[tuple[int, float], list[float]] = {}
+    for k, n_k in enumerate(plan["stages"][:count]):
         partitions = look_partitions(plan, n_k)
         needed = [c for c in claims if str(c["id"]) in open_ids]
-        if not replay:
-            for grid in dict.fromkeys(g for c in needed for g in grids_of(c)):
-                launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
-        judged = _judge_look(needed, settings, folder, partitions)
+        if launch_grids is not None:
+            launch_grids(list(dict.fromkeys(g for c in needed for g in grids_of(c))), partitions)
+        judged = _judge_look(needed, settings, folder, partitions, scoring)
         look = {"look": k + 1, "partitions": n_k, "claims": {}}
         if plan["sequential"]:
             for j in judged:
-                tests = directions[family(j.claim)]
-                if tests not in levels:  # the boundary of a family of this size
-                    levels[tests] = look_levels(plan, tests)
-                look["claims"][str(j.claim["id"])], final = _sequential_look(j, plan, k, levels[tests][k], tests)
+                name = family(j.claim)
+                key = (directions[name], family_alpha(plan, name))
+                if key not in levels:  # the boundary of a family of this size and α
+                    levels[key] = look_levels(plan, *key)
+                stats, final = _sequential_look(j, plan, k, levels[key][k], key, robust)
+                look["claims"][str(j.claim["id"])] = stats
                 if final:
                     record["verdicts"][str(j.claim["id"])] = final
                     open_ids.remove(str(j.claim["id"]))
         else:
-            decide(judged, alpha)
+            decide(judged, plan["alpha"])
             for j in judged:
                 look["claims"][str(j.claim["id"])] = {"n": j.n, "seeds": list(j.seeds), "mean": j.mean, "p": j.p,
                                                       "p_reverse": j.p_reverse, "p_holm": j.p_holm}
                 record["verdicts"][str(j.claim["id"])] = {"verdict": j.verdict, "look": 1, "partitions": n_k}
             open_ids = []
         record["looks"].append(look)
-        if not replay:
-            write_json_atomic(record_path, record)
+        save()
         if not open_ids:
             break
-    if replay and _decisions(record) != _decisions(recorded):
-        raise SystemExit(f"{record_path}: the cells judged again give {record['verdicts']}, the record says "
-                         f"{recorded['verdicts']}: the cells changed since the study ran")
-    if replay:
-        record["registration"] = registration.provenance(path, registered, folder) if registered else None
-    return record
 
 
-def _sequential_look(j: Judged, plan: dict, k: int, level: float, tests: int) -> tuple[dict, dict | None]:
+def _sequential_look(j: Judged, plan: dict, k: int, level: float, family_size: tuple[int, float],
+                     robust: str | None = None) -> tuple[dict, dict | None]:
     """One claim at look ``k``: its statistics against the look's ``level``, and its verdict when
-    a direction crossed or this is the last look (then undecided: what of the paper's Δ?)."""
-    stages = plan["stages"]
+    a direction crossed or this is the last look (then undecided: what does the interval at the
+    look's level say of the paper's Δ and of 0?). ``robust``: the second analysis beside it."""
+    stages, (tests, alpha) = plan["stages"], family_size
     decided = None if (v := verdict(j.p, j.p_reverse, level)) == "inconclusive" else v
+    low, high = interval_at(j, level)
     stats = {"n": j.n, "seeds": list(j.seeds), "mean": j.mean, "t_interval": [j.t_low, j.t_high], "p": j.p,
              "p_reverse": j.p_reverse, "level": level,
-             "alpha_spent": tests * spent(stages[k] / stages[-1], plan["alpha"] / tests, plan["spending"]),
-             "decision": decided}
+             "alpha_spent": tests * spent(stages[k] / stages[-1], alpha / tests, plan["spending"]),
+             "decision": decided, "interval_at_level": [low, high], "sd": j.sd, "planning_sd": j.claim.get("planning_sd")}
+    if robust:
+        stats["robust"] = {"test": robust, "registered": robust == plan.get("robust"),
+                           "p": dict(zip(("claim", "reverse"), wilcoxon_p(j)))}
     if not decided and k < len(stages) - 1:
         return stats, None
-    undecided = undecided_verdict(j.claim, j.t_low, j.t_high, detectable_effect(j.sd, j.n, level, 1))
+    undecided = undecided_verdict(j.claim, low, high, detectable_effect(j.sd, j.n, level, 1))
     return stats, {"verdict": verdict(j.p, j.p_reverse, level, undecided), "look": k + 1, "partitions": stages[k]}
 
 
@@ -265,34 +262,8 @@ def _decisions(record: dict) -> dict:
     """Each claim's look and decision (replicated / not replicated / undecided): what the cells
     decide; the label of an undecided claim follows the claims module's current rule."""
     undecided = ("inconclusive", "underpowered", "smaller than reported")
-    return {cid: (v["look"], "undecided" if v["verdict"] in undecided else v["verdict"])
+    return {cid: (v["look"], "undecided" if verdict_kind(v["verdict"]) in undecided else v["verdict"])
             for cid, v in record["verdicts"].items()}
-
-
-def table(record: dict) -> str:
-    """The study's verdicts, the look each was decided at and the plan, as Markdown."""
-    plan = record["plan"]
-    rule = ("t-exact boundaries (simulated null studies)" if plan.get("boundaries") == "t_simulated" else
-            "z-nominal boundaries")
-    lines = [f"study of {record['claims_file']}: " + (
-        f"sequential, looks at {plan['stages']} partitions, {plan['spending']} spending of α = {plan['alpha']} "
-        f"(Bonferroni over each family's 2m directions), {rule}" if plan["sequential"] else
-        f"fixed design, {plan['partitions']} partitions, α = {plan['alpha']} (Holm over each family's 2m directions)"),
-        *([record["registration"]] if record.get("registration") else []),
-        "", "| claim | verdict | look (partitions) | n (× seeds) | mean Δ | p | p reverse | level | α spent |",
-        "|---|---|---|---|---|---|---|---|---|"]
-    last = record["looks"][-1] if record["looks"] else {"claims": {}}
-    still_open = {cid: {"verdict": f"open: next look at {plan['stages'][last['look']]} partitions",
-                        "look": last["look"], "partitions": last["partitions"]}
-                  for cid in last["claims"] if cid not in record["verdicts"]}
-    for cid, v in {**record["verdicts"], **still_open}.items():
-        s = record["looks"][v["look"] - 1]["claims"][cid]
-        seeds = s["seeds"][1]
-        lines.append(f"| {cid} | {v['verdict']} | {v['look']} ({v['partitions']}) | {s['n']}"
-                     + (f" × {seeds}" if seeds > 1 else "") + f" | {s['mean']:+.4f} | {s['p']:.4g} | "
-                     f"{s['p_reverse']:.4g} | " + (f"{s['level']:.4g} | {s['alpha_spent']:.4g} |" if "level" in s
-                                                   else f"Holm {s['p_holm']:.4g} | {plan['alpha']} |"))
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -305,6 +276,8 @@ def main(argv: list[str] | None = None) -> None:
                     "check them against its record and print the table")
     ap.add_argument("--register", action="store_true", help="fix the committed file's design before any cell "
                     "runs: write its registration record (commit it, then run the study)")
+    ap.add_argument("--update", type=Path, metavar="DOC", help="with --show: rewrite the block '<!-- study table: "
+                    "FILE -->' ... '<!-- end study table -->' of this Markdown file with what --show prints")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every grid (e.g. hydra/launcher=parallel)")
     args = ap.parse_intermixed_args(argv)  # overrides before or after --sequential
     if not args.claims.is_file():
@@ -312,10 +285,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.register:
         settings, claims = load_claims(args.claims)
         plan = plan_of(args.claims, True)
-        levels = {t: look_levels(plan, t) for t in set(family_directions(claims).values())}
-        print(registration.register(args.claims, plan, levels, args.dir or study_dir(args.claims, settings)))
+        families = family_directions(claims)
+        levels = {name: look_levels(plan, tests, family_alpha(plan, name)) for name, tests in families.items()}
+        print(registration.register(args.claims, plan, levels, args.dir or study_dir(args.claims, settings),
+                                    study_wide_error(plan, list(families))))
         return
-    print(table(run_study(args.claims, args.sequential, args.overrides, args.dir, args.show)))
+    record = run_study(args.claims, args.sequential, args.overrides, args.dir, args.show)
+    print(show(record) if args.show else table(record))
+    if args.show and args.update:
+        update_block(args.update, str(args.claims), show(record))
+
+
+def update_block(doc: Path, claims_file: str, text: str) -> None:
+    """Replace the body of ``doc``'s ``<!-- study table: claims_file -->`` block with ``text``."""
+    page = Path(doc).read_text()
+    opening = f"<!-- study table: {claims_file} -->"
+    if opening not in page:
+        raise SystemExit(f"{doc}: no '{opening}' block to update")
+    start = page.index("\n", page.index(opening)) + 1
+    end = page.index("<!-- end study table -->", start)
+    Path(doc).write_text(page[:start] + text.strip() + "\n" + page[end:])
 
 
 if __name__ == "__main__":

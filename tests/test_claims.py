@@ -128,10 +128,11 @@ def test_verdicts_follow_the_rule_and_holm_runs_over_the_whole_file(tmp_path, ca
     out = capsys.readouterr().out
     assert "| 1 | P | Table 1 | better > CE | better − ce (test.micro.f1, >) | 6 |" in out
     assert "| replicated |" in out and "1 of the runs read resumed from a checkpoint" in out
-    # claim 1: replicated in family P (strict: P states no scorer), its detectable Δ, no paper Δ,
-    # then lenient scoring, where "better" is worse: not replicated; one family of all: replicated
+    # claim 1: replicated in family P (strict: P states no scorer), its detectable Δ, no paper Δ
+    # (and so no source), then lenient scoring, where "better" is worse: not replicated; one family
+    # of all: replicated
     row = next(line for line in out.splitlines() if line.startswith("| 1 |")).split(" | ")
-    assert row[9:] == ["replicated", "exploratory", "P", "strict", row[13], "—", "—", "not replicated",
+    assert row[9:] == ["replicated", "exploratory", "P", "strict", row[13], "—", "—", "—", "not replicated",
                        "replicated |"]
     assert float(row[13]) > 0
     assert [j.verdict for j in judge_all(path, "lenient")[1]][0] == "not replicated"
@@ -226,14 +227,33 @@ def test_a_paper_effect_below_the_detectable_one_is_underpowered_and_a_vacuous_c
     base = {"id": 1, "paper": "P", "source": "S", "statement": "m > CE", "runs": ["runs"], "key": "loss",
             "method": "m", "baseline": "ce", "metric": "test.micro.f1", "relation": ">"}
     path = tmp_path / "claims.yaml"
-    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**base, "paper_delta": 0.005}]}, allow_unicode=True))
+    def with_delta(delta: float, **source) -> dict:
+        return {**base, "paper_delta": delta, "paper_delta_from": {
+            "where": "Table 1", "method": 0.5 + delta, "baseline": 0.5, "train_sentences": 6, "metric": "F1",
+            "scorer": "strict", **source}}
+
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [with_delta(0.005)]}, allow_unicode=True))
     (j,) = judge_all(path)[1]
-    assert j.verdict == "underpowered" and j.detectable > 0.005
-    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**base, "paper_delta": 0.5}]}, allow_unicode=True))
+    assert j.verdict == "underpowered; the opposite direction not excluded" and j.detectable > 0.005
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [with_delta(0.5)]}, allow_unicode=True))
     (j,) = judge_all(path)[1]
-    assert j.t_high < 0.5 and j.verdict == "smaller than reported"  # the data exclude the paper's Δ, not 0
-    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**base, "paper_delta": -0.2}]}, allow_unicode=True))
+    assert j.t_high < 0.5 and j.verdict == "smaller than reported; the opposite direction not excluded"
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [with_delta(0.5, comparable=False, why="pooled")]},
+                                   allow_unicode=True))
+    assert judge_all(path)[1][0].verdict == "inconclusive (no comparable paper Δ)"
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [{**with_delta(0.5), "paper_delta_from": "Table 1"}]},
+                                   allow_unicode=True))
+    assert judge_all(path)[1][0].verdict == "inconclusive (no comparable paper Δ)"  # a source not itemised
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [with_delta(-0.2)]}, allow_unicode=True))
     assert judge_all(path)[1][0].verdict == "inconclusive"  # the paper's Δ is not beyond the claim's bound
+    wrong = with_delta(0.5)
+    wrong["paper_delta_from"]["baseline"] = 0.4
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [wrong]}, allow_unicode=True))
+    with pytest.raises(SystemExit, match=r"method − baseline = \+0.6000, but paper_delta is 0.5"):
+        judge_all(path)
+    path.write_text(yaml.safe_dump({"resamples": 200, "claims": [with_delta(0.5, comparable=False)]}, allow_unicode=True))
+    with pytest.raises(SystemExit, match="comparable: false needs `where` and `why`"):
+        judge_all(path)
     vacuous = {**base, "id": 2, "vacuous": "the baseline predicts nothing"}
     path.write_text(yaml.safe_dump({"resamples": 200, "claims": [base, vacuous]}, allow_unicode=True))
     one, empty = judge_all(path)[1]
@@ -242,20 +262,40 @@ def test_a_paper_effect_below_the_detectable_one_is_underpowered_and_a_vacuous_c
                                        else max(min(1.0, 2 * one.p_reverse), one.p))
 
 
+SOURCE = {"where": "Table 1", "train_sentences": 50, "metric": "F1", "scorer": "strict"}
+
+
 def test_an_undecided_claim_is_underpowered_only_while_its_interval_holds_the_papers_delta():
-    """By hand: the (1 − α) interval below the paper's Δ is "smaller than reported"; holding it,
-    "underpowered" only when the design could not detect it; wholly above it, nothing to add."""
+    """By hand: the interval below the paper's Δ is "smaller than reported"; holding it,
+    "underpowered" only when the design could not detect it; wholly above it, nothing to add; each
+    says whether the interval excludes 0; a Δ the paper does not report for the setting, neither."""
     from ner_lightning.report.claims import undecided_verdict
 
-    claim = {"relation": ">", "paper_delta": 0.01}
-    assert undecided_verdict(claim, -0.02, 0.005, 0.03) == "smaller than reported"
-    assert undecided_verdict(claim, -0.02, 0.015, 0.03) == "underpowered"
+    claim = {"relation": ">", "paper_delta": 0.01, "paper_delta_from": {**SOURCE, "method": 0.51, "baseline": 0.5}}
+    assert undecided_verdict(claim, -0.02, 0.005, 0.03) == "smaller than reported; the opposite direction not excluded"
+    assert undecided_verdict(claim, 0.001, 0.005, 0.03) == "smaller than reported; 0 excluded"
+    assert undecided_verdict(claim, -0.02, 0.015, 0.03) == "underpowered; the opposite direction not excluded"
     assert undecided_verdict(claim, -0.02, 0.015, 0.008) == ""  # the design detects 0.01: inconclusive
     assert undecided_verdict(claim, 0.012, 0.04, 0.03) == ""  # the interval lies above the paper's Δ
-    assert undecided_verdict({"relation": ">>", "margin": 0.05, "paper_delta": 0.4}, -0.1, 0.2, 0.5) == \
-        "smaller than reported"
+    wide = {"relation": ">>", "margin": 0.05, "paper_delta": 0.4,
+            "paper_delta_from": {**SOURCE, "method": 0.8, "baseline": 0.4}}
+    assert undecided_verdict(wide, 0.01, 0.2, 0.5) == "smaller than reported; 0 excluded"  # above 0, not the margin
     assert undecided_verdict({"relation": ">"}, -0.1, 0.2, 0.5) == ""  # no paper Δ
-    assert undecided_verdict({"relation": "≈", "margin": 0.02, "paper_delta": 0.01}, -0.05, 0.005, 0.03) == ""
+    equal = {"relation": "≈", "margin": 0.02, "paper_delta": 0.01,
+             "paper_delta_from": {**SOURCE, "method": 0.51, "baseline": 0.5}}
+    assert undecided_verdict(equal, -0.05, 0.005, 0.03) == ""
+    pooled = {**claim, "paper_delta_from": {"where": "§5", "comparable": False, "why": "pooled over sizes"}}
+    assert undecided_verdict(pooled, -0.02, 0.005, 0.03) == "inconclusive (no comparable paper Δ)"
+
+
+def test_the_label_interval_is_at_the_level_each_direction_spends():
+    """By hand, Δ = (0.01, 0.03, 0.02, 0.04): mean 0.025, sd 0.012910, n 4; at 0.025 a side the
+    95 % t-interval (t 3.18245): 0.025 ± 0.020543; at 0.0025 a side (t 7.45332): ± 0.048111."""
+    from ner_lightning.report.claims import Judged, interval_at
+
+    j = Judged({}, 4, 0.025, 0, 0, 0, 0, 0, 0, 0.0129099445)
+    assert interval_at(j, 0.025) == pytest.approx((0.025 - 0.0205428, 0.025 + 0.0205428), abs=1e-6)
+    assert interval_at(j, 0.0025) == pytest.approx((0.025 - 0.0481110, 0.025 + 0.0481110), abs=1e-6)
 
 
 def test_partitions_needed_is_the_first_n_whose_detectable_effect_reaches_the_papers():

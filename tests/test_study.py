@@ -119,7 +119,7 @@ def test_a_sequential_study_runs_only_missing_cells_stops_when_decided_and_resum
     assert json.loads((study / "study.json").read_text())["verdicts"] == record["verdicts"]
 
     shown = _run(["study", str(path), "--show"], tmp_path, toy_data_dir)  # the recorded design, nothing launched
-    assert shown.returncode == 0 and shown.stdout.startswith("study of ") and again.stdout.endswith(shown.stdout)
+    assert shown.returncode == 0 and shown.stdout.startswith(again.stdout[again.stdout.rindex("study of "):].strip())
     tampered = {**record, "verdicts": {**record["verdicts"], "null": {**record["verdicts"]["null"], "verdict": "x"}}}
     (study / "study.json").write_text(json.dumps(tampered))
     refused = _run(["study", str(path), "--show"], tmp_path, toy_data_dir)
@@ -148,16 +148,38 @@ def test_a_study_plan_is_checked_before_anything_runs(tmp_path):
         plan_of(path, True)
 
 
-def _write(folder, loss, partition, f1):
+def _write(folder, loss, partition, f1, lenient_f1=None, **extra):
     """A hand-made cell result (as tests/test_claims.py writes them)."""
     d = folder / f"{loss}_{partition}"
     d.mkdir(parents=True)
+    test = {"micro": {"f1": f1}, **({"lenient": {"micro": {"f1": lenient_f1}}} if lenient_f1 is not None else {})}
     (d / "results.json").write_text(json.dumps({
         "overrides": [f"loss={loss}", "size=20", f"partition={partition}"],
         "config": {"size": 20, "partition": partition, "seed": 42, "dataset": {"name": "toy"},
                    "data": {"label_scheme": "untyped"}},
         "partition": {"sha256": f"p{partition}", "partition": partition}, "compute": {"init_seed": 42},
-        "test": {"micro": {"f1": f1}}, "wall_time_s": 1.0, "resumed_from": None}))
+        "test": test, "wall_time_s": 1.0, "resumed_from": None, **extra}))
+
+
+def test_a_study_is_judged_on_its_papers_registered_scorer(tmp_path, monkeypatch):
+    """A study file registers `scorer: lenient` for its paper: each look reads the lenient F1
+    (here +0.05 for the method on every partition) and not the strict one (−0.05)."""
+    from ner_lightning import study
+
+    rng = np.random.default_rng(5)
+    for p in range(6):
+        for loss, strict_f1, lenient_f1 in (("ce", 0.5, 0.5), ("m", 0.45 + rng.normal(0, 0.01), 0.55 + rng.normal(0, 0.01))):
+            _write(tmp_path / "study" / "g", loss, p, strict_f1, lenient_f1)
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({
+        "resamples": 100, "papers": {"toy": {"scorer": "lenient"}},
+        "study": {"dir": str(tmp_path / "study"), "partitions": 6}, "grids": {"g": ["loss=ce,m"]},
+        "claims": [{"id": "c", "paper": "toy", "source": "-", "statement": "m > ce", "key": "loss", "method": "m",
+                    "baseline": "ce", "metric": "test.micro.f1", "relation": ">", "grid": "g"}]}))
+    monkeypatch.setattr(study, "launch", lambda *args: None)
+    record = study.run_study(path)
+    assert record["scoring"] == "paper" and record["looks"][0]["claims"]["c"]["mean"] > 0.04
+    assert record["verdicts"]["c"]["verdict"] == "replicated"
 
 
 @pytest.mark.parametrize("sequential", [True, False])
@@ -210,7 +232,7 @@ def test_the_committed_mom_table6_study_is_its_cells_verdicts_and_the_pages_tabl
     (docs/results/runs/study_mom_table6), and the table in replication.md are the same."""
     from pathlib import Path
 
-    from ner_lightning.study import run_study, table
+    from ner_lightning.study import run_study, show
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)  # the record names its claims file relative to the repository
@@ -219,7 +241,8 @@ def test_the_committed_mom_table6_study_is_its_cells_verdicts_and_the_pages_tabl
     page = (root / "docs/results/replication.md").read_text()
     start = page.index("<!-- study table: docs/results/study_mom_table6.yaml -->")
     block = page[page.index("\n", start) + 1:page.index("<!-- end study table -->", start)]
-    assert block.strip() == table(record).strip()
+    assert block.strip() == show(record).strip()
+    assert "as_run" not in record  # strict F1, as the MoM paper's scorer: the same metrics as it ran
 
 
 def test_t_exact_boundaries_keep_alpha_over_a_million_null_studies_and_the_z_nominal_ones_do_not():
@@ -254,14 +277,15 @@ def test_a_registered_study_refuses_changes_and_its_proof_needs_git_and_the_cell
     only for cells run later, from clean descendants of the registration commit, with the record
     unchanged since."""
     from ner_lightning import registration
-    from ner_lightning.study import look_levels, plan_of
+    from ner_lightning.study import look_levels, plan_of, study_wide_error
 
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")
     claim = {"id": "c", "paper": "toy", "source": "-", "statement": "m > ce", "grid": "g", "key": "loss",
              "method": "m", "baseline": "ce", "metric": "test.micro.f1", "relation": ">", "paper_delta": 0.02,
-             "planning_sd": 0.01}
+             "paper_delta_from": {"where": "Table 1", "method": 0.52, "baseline": 0.5, "train_sentences": 20,
+                                  "metric": "F1", "scorer": "strict"}, "planning_sd": 0.01}
     spec = {"study": {"partitions": 4, "first_partition": 200, "stages": [2, 4], "spending": "pocock",
                       "simulation_studies": 20_000, "exclusions": [], "alpha_recycling": "none"},
             "grids": {"g": ["loss=ce,m"]}, "claims": [claim]}
@@ -271,19 +295,23 @@ def test_a_registered_study_refuses_changes_and_its_proof_needs_git_and_the_cell
     used.parent.mkdir()
     used.write_text(json.dumps({"overrides": ["partition=201"]}))
     plan = plan_of(study, True)
-    levels = {2: look_levels(plan, 2)}
+    levels = {"toy": look_levels(plan, 2)}
+    error = study_wide_error(plan, ["toy"])
     folder = repo / "multirun"
     with pytest.raises(SystemExit, match="commit the study file first"):
-        registration.register(study, plan, levels, folder)
+        registration.register(study, plan, levels, folder, error)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "study", when="2026-01-01T00:00:00+00:00")
     with pytest.raises(SystemExit, match=r"partitions \[201\] were used by committed runs"):
-        registration.register(study, plan, levels, folder)
+        registration.register(study, plan, levels, folder, error)
     _git(repo, "rm", "-q", str(used))
     _git(repo, "commit", "-qm", "drop", when="2026-01-01T00:00:00+00:00")
-    registration.register(study, plan, levels, folder)
+    said = registration.register(study, plan, levels, folder, error)
+    assert "family-wise error per family: toy 0.05; study-wide: at most 0.0500" in said
     record = registration.read(study)
     assert record["sha256"] == registration._sha256(study) and record["plan"] == plan
+    assert record["study_wide_error"] == error and record["rule"] == registration.rule_fingerprint()
+    assert set(record["rule"]) == set(registration.RULE) and record["levels"] == {"toy": levels["toy"]}
     assert record["claims"]["c"]["power_at_paper_delta"] > 0.3 and record["claims"]["c"]["detectable_delta"] > 0
     with pytest.raises(SystemExit, match="registration.json is not committed unchanged"):
         registration.check_before_running(study, record, plan)
@@ -322,12 +350,21 @@ def test_the_committed_confirmatory_study_replays_from_its_cells_and_proves_its_
     it was registered before its first cell, and replication.md shows that table."""
     from pathlib import Path
 
-    from ner_lightning.study import run_study, table
+    from ner_lightning.study import run_study, show
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
     record = run_study(Path("docs/results/study_confirmatory.yaml"),
                        folder=Path("docs/results/runs/study_confirmatory"), replay=True)
+    # judged as registered: C1 and C2 on the lenient F1 of their papers, C2's Δ not comparable
+    c2 = record["looks"][3]["claims"]["C2 OVA-AUC"]
+    assert c2["mean"] == pytest.approx(-0.0362, abs=5e-5) and record["as_run"]["looks"][3]["claims"]["C2 OVA-AUC"][
+        "mean"] == pytest.approx(0.0143, abs=5e-5)
+    assert record["verdicts"]["C2 OVA-AUC"]["verdict"] == "inconclusive (no comparable paper Δ)"
+    assert record["verdicts"]["C4 MoM vs CE"]["verdict"] == "inconclusive (no comparable paper Δ)"
+    assert record["looks"][3]["claims"]["C4 MoM vs CE"]["interval_at_level"] == pytest.approx([-0.0071, 0.0010],
+                                                                                            abs=5e-5)
+    assert record["study_wide_error"]["independent"] == pytest.approx(1 - 0.95 ** 5)
     page = (root / "docs/results/replication.md").read_text()
     start = page.index("<!-- study table: docs/results/study_confirmatory.yaml -->")
     block = page[page.index("\n", start) + 1:page.index("<!-- end study table -->", start)]
@@ -338,4 +375,74 @@ def test_the_committed_confirmatory_study_replays_from_its_cells_and_proves_its_
         proven = next(line for line in block.splitlines() if line.startswith("registered at "))
         record = {**record, "registration": proven}
     assert record["registration"].startswith("registered at ") and "before its first cell" in record["registration"]
-    assert block.strip() == table(record).strip()
+    assert block.strip() == show(record).strip()
+
+
+def test_an_alpha_split_is_registrable_and_the_study_wide_error_is_computed_by_hand(tmp_path):
+    """Two families with α 0.03 and 0.02: each family's looks spend its own α; across families at
+    most 0.05, and 1 − 0.97 · 0.98 = 0.0494 when independent; a split must name every family."""
+    from ner_lightning.study import look_levels, plan_of, study_wide_error
+
+    claim = {"source": "-", "statement": "m > ce", "grid": "g", "key": "loss", "method": "m", "baseline": "ce",
+             "metric": "test.micro.f1", "relation": ">"}
+    spec = {"study": {"partitions": 4, "stages": [2, 4], "spending": "pocock", "simulation_studies": 20_000,
+                      "alpha_split": {"A": 0.03, "B": 0.02}},
+            "grids": {"g": ["loss=ce,m"]}, "claims": [{**claim, "id": 1, "paper": "A"}, {**claim, "id": 2, "paper": "B"}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True))
+    plan = plan_of(path, True)
+    error = study_wide_error(plan, ["A", "B"])
+    assert error == {"families": {"A": 0.03, "B": 0.02}, "bound": pytest.approx(0.05),
+                     "independent": pytest.approx(1 - 0.97 * 0.98)}
+    assert look_levels(plan, 2, 0.03)[-1] > look_levels(plan, 2, 0.02)[-1]
+    path.write_text(yaml.safe_dump({**spec, "study": {**spec["study"], "alpha_split": {"A": 0.05}}}, allow_unicode=True))
+    with pytest.raises(SystemExit, match=r"alpha_split must give each family \(A, B\)"):
+        plan_of(path, True)
+
+
+def test_show_judges_with_the_registered_rule_and_names_the_labels_a_changed_rule_gives(tmp_path, monkeypatch):
+    """In a temporary repository holding the package: a study registered with its rule's
+    fingerprint replays "by the registered rule"; with the judging code changed (a tampered label),
+    --show names the changed module, judges again with the registered commit's package in a fresh
+    process and names the label that differs."""
+    import shutil
+    from pathlib import Path
+
+    from ner_lightning import registration, study
+    from ner_lightning.study import look_levels, plan_of, study_wide_error
+
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(study.__file__).resolve().parent, repo / "ner_lightning", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    _git(repo, "init", "-q")
+    spec = {"resamples": 100, "study": {"partitions": 4, "first_partition": 200, "stages": [4], "spending": "pocock",
+                                        "simulation_studies": 20_000, "exclusions": [], "alpha_recycling": "none",
+                                        "dir": "multirun"},
+            "grids": {"g": ["loss=ce,m"]},
+            "claims": [{"id": "c", "paper": "toy", "source": "-", "statement": "m > ce", "grid": "g", "key": "loss",
+                        "method": "m", "baseline": "ce", "metric": "test.micro.f1", "relation": ">",
+                        "planning_sd": 0.02}]}
+    path = repo / "study.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "study")
+    plan = plan_of(path, True)
+    registration.register(path, plan, {"toy": look_levels(plan, 2)}, repo / "multirun", study_wide_error(plan, ["toy"]))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "register")
+    monkeypatch.chdir(repo)
+    for p, d in zip(range(200, 204), (0.01, -0.02, 0.015, -0.005)):  # a null effect: undecided
+        _write(repo / "multirun" / "g", "ce", p, 0.5)
+        _write(repo / "multirun" / "g", "m", p, 0.5 + d)
+    monkeypatch.setattr(study, "launch", lambda *args: None)
+    study.run_study(Path("study.yaml"), sequential=True)
+    replayed = study.run_study(Path("study.yaml"), replay=True)
+    assert replayed["rule"] == "judged by the registered rule (its modules unchanged)"
+    assert replayed["verdicts"]["c"]["verdict"] == "inconclusive"
+    changed = {**registration.rule_fingerprint(), "report/claims.py": "0" * 64}
+    monkeypatch.setattr(registration, "rule_fingerprint", lambda: changed)
+    monkeypatch.setattr(study, "undecided_verdict", lambda *args: "underpowered; 0 excluded")
+    tampered = study.run_study(Path("study.yaml"), replay=True)
+    assert tampered["verdicts"]["c"]["verdict"] == "underpowered; 0 excluded"
+    assert tampered["rule"] == ("the judging rule changed since registration (report/claims.py); labels that differ "
+                                "from the registered rule's: c: registered rule 'inconclusive', current 'underpowered; 0 excluded'")

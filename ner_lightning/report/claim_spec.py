@@ -8,7 +8,8 @@ against ``baseline``), a metric and a relation (``>``, ``>>`` with a ``margin``,
 (a difference of differences), ``average_over: KEY`` (a macro average per partition),
 ``select_on_dev: KEY`` (runs that differ only in KEY reduced to the best on dev), ``pool``
 (settings a row may differ in), ``family`` (default: the paper), ``paper_delta`` (the paper's own
-method − baseline) and ``vacuous`` (why the comparison cannot test the statement). Each claim is
+method − baseline) with its source (``paper_delta_from``: :func:`check_delta_source`) and
+``vacuous`` (why the comparison cannot test the statement). Each claim is
 read under its paper's span scorer (``papers: {NAME: {scorer: strict | lenient}}``; strict where a
 paper names none).
 """
@@ -51,6 +52,7 @@ def load_claims(path: Path) -> tuple[dict, list[dict]]:
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']!r} is not one of {RELATIONS}")
         if c["relation"] != ">" and not c.get("margin"):
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']} needs a positive margin")
+        check_delta_source(path, c)
     settings = {"alpha": float(data.get("alpha", 0.05)), "resamples": int(data.get("resamples", 10_000)),
                 "seed": int(data.get("seed", 0)), "names": {str(k): str(v) for k, v in (data.get("names") or {}).items()},
                 "figures": list(data.get("figures") or []), "papers": papers, "grids": grids,
@@ -93,10 +95,68 @@ def strict(metric: str) -> str:
     return f"{split}.{rest.removeprefix('lenient.')}"
 
 
+def scored_metric(claim: dict, settings: dict, scoring: str = "paper") -> str:
+    """The metric a claim is judged on — the one place that applies a scorer. ``scoring``:
+    ``paper`` (its paper's registered scorer, :func:`scorer`), ``other`` (the other one),
+    ``strict`` or ``lenient`` (every claim so), ``as_written`` (the claim's metric untouched)."""
+    if scoring == "as_written":
+        return claim["metric"]
+    chosen = {"paper": scorer(claim, settings), "strict": "strict", "lenient": "lenient",
+              "other": SCORERS[1 - SCORERS.index(scorer(claim, settings))]}[scoring]
+    return (lenient if chosen == "lenient" else strict)(claim["metric"])
+
+
+DELTA_SOURCE = ("where", "method", "baseline", "train_sentences", "metric", "scorer")
+
+
+def check_delta_source(path: Path | str, claim: dict) -> None:
+    """A claim's ``paper_delta`` names its source (``paper_delta_from``): a mapping with the table,
+    figure or section (``where``), the two reported values (``method``, ``baseline``), the paper's
+    training-set size, metric and scorer, and Δ = method − baseline; or ``comparable: false`` with
+    ``why`` (a pooled or maximum figure, another size, metric or scorer). A plain string (files
+    written before sources were itemised) is read as not comparable."""
+    source = claim.get("paper_delta_from")
+    if claim.get("paper_delta") is None or not isinstance(source, dict):
+        return
+    where = f"{path}: claim {claim['id']}: paper_delta_from"
+    if source.get("comparable", True) is False:
+        if not source.get("why") or not source.get("where"):
+            raise SystemExit(f"{where}: comparable: false needs `where` and `why` (what differs from the claim)")
+        return
+    missing = [k for k in DELTA_SOURCE if source.get(k) is None]
+    if missing:
+        raise SystemExit(f"{where} lacks {', '.join(missing)} (or say `comparable: false` and why)")
+    reported = float(source["method"]) - float(source["baseline"])
+    if abs(reported - float(claim["paper_delta"])) > 1e-4:
+        raise SystemExit(f"{where}: method − baseline = {reported:+.4f}, but paper_delta is {claim['paper_delta']}")
+
+
+def comparable_delta(claim: dict) -> bool:
+    """Whether the claim's ``paper_delta`` is a number the paper reports for the claim's setting
+    (an itemised source not marked ``comparable: false``)."""
+    source = claim.get("paper_delta_from")
+    return (claim.get("paper_delta") is not None and isinstance(source, dict)
+            and source.get("comparable", True) is not False)
+
+
+def delta_source(claim: dict) -> str:
+    """The claims table's source of the paper's Δ, in words."""
+    source = claim.get("paper_delta_from")
+    if claim.get("paper_delta") is None:
+        return "—"
+    if not isinstance(source, dict):
+        return f"{source or 'unstated'} (not itemised: not comparable)"
+    if source.get("comparable", True) is False:
+        return f"{source['where']}: not comparable ({source['why']})"
+    return (f"{source['where']}: {source['method']} − {source['baseline']}, {source['train_sentences']} training "
+            f"sentences, {source['metric']}, {source['scorer']}")
+
+
 def paper_distance(claim: dict) -> float | None:
     """How far the paper's own Δ (``paper_delta``) lies beyond the claim's bound: Δ (``>``),
-    Δ − margin (``>>``), margin − |Δ| (``≈``); None when the claim states no paper Δ."""
-    if claim.get("paper_delta") is None:
+    Δ − margin (``>>``), margin − |Δ| (``≈``); None when the claim states no comparable paper Δ
+    (:func:`comparable_delta`)."""
+    if not comparable_delta(claim):
         return None
     delta, margin = float(claim["paper_delta"]), float(claim.get("margin") or 0.0)
     return {">": delta, ">>": delta - margin, "≈": margin - abs(delta)}[claim["relation"]]

@@ -17,11 +17,14 @@ claim and its reverse (Δ on the other side of 0, of the ≫ margin, outside the
 
 * **replicated** — the claim's adjusted p < α;
 * **not replicated** — its reverse's adjusted p < α;
-* **smaller than reported** — neither, and the two-sided (1 − α) t-interval of mean Δ lies
-  wholly below the paper's own effect (``paper_delta``);
-* **underpowered** — neither, the interval still holds the paper's Δ, and that Δ lies beyond the
+* **smaller than reported** — neither, and the t-interval of mean Δ at the level the rule spends
+  on each direction (Bonferroni's α / 2m: :func:`interval_at`) lies wholly below the paper's own
+  effect (``paper_delta``, a number the paper reports for this setting);
+* **underpowered** — neither, that interval still holds the paper's Δ, and that Δ lies beyond the
   claim's bound (``paper_distance``) by less than the effect this design detects with 80 % power
-  (``report.stats.detectable_effect``);
+  (``report.stats.detectable_effect``); both labels say whether the interval excludes 0;
+* **inconclusive (no comparable paper Δ)** — neither, and the claim's paper Δ is not a number
+  reported for its setting (``claim_spec.comparable_delta``);
 * **inconclusive** — neither otherwise;
 * **vacuous** — the claim's ``vacuous`` key says why the comparison cannot test the statement
   (it is left out of its family's adjustment).
@@ -45,7 +48,7 @@ from scipy import stats
 
 from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
-from ner_lightning.report.claim_spec import SCORERS, family, lenient, load_claims, paper_distance, scorer, strict
+from ner_lightning.report.claim_spec import family, load_claims, paper_distance, scored_metric
 from ner_lightning.report.runs import group, labels, load_runs, partition_label, select_on_dev
 from ner_lightning.report.stats import bootstrap_mean, detectable_effect, holm
 from ner_lightning.report.tables import paired_by_partition
@@ -68,6 +71,7 @@ class Judged:
     p_holm: float = math.nan  # the claim's p, Holm-adjusted with its family's 2m directions
     verdict: str = ""
     detectable: float = math.nan  # :func:`detectable_effect` at the family's strictest level
+    deltas: tuple[float, ...] = ()  # Δ of each partition (the replicates)
 
 
 def _tails(d: np.ndarray):
@@ -139,17 +143,49 @@ def verdict(p_claim: float, p_reverse: float, level: float, undecided: str = "")
     return undecided or "inconclusive"
 
 
-def undecided_verdict(claim: dict, t_low: float, t_high: float, detectable: float) -> str:
-    """What an undecided claim's (1 − α) t-interval says of the paper's own Δ: *smaller than
-    reported* when it lies wholly below it (a ``>`` or ``>>`` claim); *underpowered* when it holds
-    it and the paper's Δ lies beyond the claim's bound by less than ``detectable``; else ""."""
+def interval_at(j: Judged, level: float) -> tuple[float, float]:
+    """The two-sided paired t-interval of mean Δ whose each side has error ``level``: the
+    interval that matches one-sided tests at ``level`` (a look's level, Bonferroni's α / 2m)."""
+    half = float(stats.t.isf(level, j.n - 1)) * j.sd / math.sqrt(j.n)
+    return j.mean - half, j.mean + half
+
+
+def undecided_verdict(claim: dict, low: float, high: float, detectable: float) -> str:
+    """What an undecided claim's t-interval at the level its design spends (:func:`interval_at`)
+    says of the paper's own Δ: *smaller than reported* when it lies wholly below it (a ``>`` or
+    ``>>`` claim); *underpowered* when it holds it and the paper's Δ lies beyond the claim's bound
+    by less than ``detectable``; each says whether the interval excludes 0. A Δ that is not a
+    number the paper reports for the claim's setting (``claim_spec.comparable_delta``) gives
+    "inconclusive (no comparable paper Δ)"; no Δ at all, ""."""
     distance = paper_distance(claim)
     if distance is None:
-        return ""
+        return "inconclusive (no comparable paper Δ)" if claim.get("paper_delta") is not None else ""
     delta = float(claim["paper_delta"])
-    if claim["relation"] != "≈" and t_high < delta:
-        return "smaller than reported"
-    return "underpowered" if t_low <= delta <= t_high and 0 < distance < detectable else ""
+    zero = "0 excluded" if low > 0 or high < 0 else "the opposite direction not excluded"
+    if claim["relation"] != "≈" and high < delta:
+        return f"smaller than reported; {zero}"
+    return f"underpowered; {zero}" if low <= delta <= high and 0 < distance < detectable else ""
+
+
+def wilcoxon_p(j: Judged) -> tuple[float, float]:
+    """The robust second analysis a study may register: Wilcoxon signed-rank one-sided p of the
+    claim and of its reverse, on the partitions' Δ less the claim's bound (``>``: 0, ``>>``: the
+    margin; ``≈``: the larger of the two TOST p, and the reverse's Bonferroni pair)."""
+    d, margin = np.asarray(j.deltas), float(j.claim.get("margin") or 0.0)
+
+    def one(shift: float, side: str) -> float:
+        x = d - shift
+        return 1.0 if not np.any(x) else float(stats.wilcoxon(x, alternative=side).pvalue)
+    if j.claim["relation"] == "≈":
+        return (max(one(-margin, "greater"), one(margin, "less")),
+                min(1.0, 2 * min(one(margin, "greater"), one(-margin, "less"))))
+    bound = margin if j.claim["relation"] == ">>" else 0.0
+    return one(bound, "greater"), one(bound, "less")
+
+
+def verdict_kind(label: str) -> str:
+    """A verdict label without its qualifier: "smaller than reported; 0 excluded" -> "smaller than reported"."""
+    return label.split(";")[0].split(" (")[0]
 
 
 def claim_runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]:
@@ -239,7 +275,8 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop
     boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
     resumed = sorted(os.path.relpath(r["_dir"], root) for r in used if r.get("resumed_from"))
     return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p,
-                  p_against(d, claim["relation"], margin), float(np.std(d, ddof=1)), resumed, (min(seeds), max(seeds)))
+                  p_against(d, claim["relation"], margin), float(np.std(d, ddof=1)), resumed, (min(seeds), max(seeds)),
+                  deltas=tuple(map(float, d)))
 
 
 def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None:
@@ -251,7 +288,8 @@ def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None
     sizes = Counter(families)
     for j, a, r, name in zip(active, adj_for, adj_reverse, families):
         j.p_holm, j.detectable = a, detectable_effect(j.sd, j.n, alpha, 2 * sizes[name])
-        j.verdict = verdict(a, r, alpha, undecided_verdict(j.claim, j.t_low, j.t_high, j.detectable))
+        j.verdict = verdict(a, r, alpha, undecided_verdict(j.claim, *interval_at(j, alpha / (2 * sizes[name])),
+                                                           j.detectable))
     for j in judged:
         if j.claim.get("vacuous"):
             j.verdict = "vacuous"
@@ -265,9 +303,7 @@ def judge_all(path: Path, scoring: str = "paper", drop_resumed: bool = False, lo
     checkpoint (and so their partitions); ``loaded``: see :func:`claim_runs`."""
     loaded = {} if loaded is None else loaded
     settings, claims = load_claims(path)
-    chosen = {"paper": lambda c: scorer(c, settings), "strict": lambda c: "strict", "lenient": lambda c: "lenient",
-              "other": lambda c: SCORERS[1 - SCORERS.index(scorer(c, settings))]}[scoring]
-    claims = [{**c, "metric": (lenient if chosen(c) == "lenient" else strict)(c["metric"])} for c in claims]
+    claims = [{**c, "metric": scored_metric(c, settings, scoring)} for c in claims]
     judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent, drop_resumed,
                     loaded) for c in claims]
     decide(judged, settings["alpha"], one_family)

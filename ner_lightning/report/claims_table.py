@@ -17,8 +17,9 @@ import re
 from pathlib import Path
 from typing import Collection
 
-from ner_lightning.report.claim_spec import family, family_directions, paper_distance, scorer, selected, strict
-from ner_lightning.report.claims import Judged, claim_runs, decide, judge_all
+from ner_lightning.report.claim_spec import (delta_source, family, family_directions, paper_distance, scorer, selected,
+                                             strict)
+from ner_lightning.report.claims import Judged, claim_runs, decide, judge_all, verdict_kind
 from ner_lightning.report.stats import POWER, partitions_needed
 
 DESIGN = "exploratory"  # a claims file's verdicts; confirmatory ones come from registered studies
@@ -130,7 +131,8 @@ def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], 
     alpha, level = settings["alpha"], round(100 * (1 - settings["alpha"]))
     head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n (partitions × seeds)",
             f"mean Δ [t {level}% CI]", f"bootstrap {level}% CI", "p (Holm in family)", "verdict", "design", "family",
-            "scorer", f"detectable Δ ({round(100 * POWER)}% power)", "paper's Δ", "partitions for the paper's Δ",
+            "scorer", f"detectable Δ ({round(100 * POWER)}% power)", "paper's Δ", "source of the paper's Δ",
+            "partitions for the paper's Δ",
             "verdict, other scorer", "verdict, one family of all claims"]
     directions = family_directions([j.claim for j in judged])
     rows = []
@@ -142,7 +144,7 @@ def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], 
                      "—" if c.get("vacuous") else f"{j.p_holm:.4f}",
                      f"{j.verdict}: {c['vacuous']}" if c.get("vacuous") else j.verdict, DESIGN,
                      family(c), scorer(c, settings), "—" if c.get("vacuous") else f"{j.detectable:.3f}",
-                     "—" if paper is None else f"{float(paper):+.3f}",
+                     "—" if paper is None else f"{float(paper):+.3f}", delta_source(c),
                      "—" if c.get("vacuous") else _needed(j, alpha, directions[family(c)]),
                      "—" if other is None else other[k].verdict, o.verdict])
     resumed = sorted({d for j in judged for d in j.resumed})
@@ -185,7 +187,7 @@ def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
     name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
     fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.24 * len(judged)))
     for row, j in enumerate(judged):
-        y, c, colour = len(judged) - 1 - row, j.claim, VERDICT_COLOURS[j.verdict]
+        y, c, colour = len(judged) - 1 - row, j.claim, VERDICT_COLOURS[verdict_kind(j.verdict)]
         ax.plot([j.boot_low, j.boot_high], [y, y], color=colour, lw=0.8)
         ax.plot([j.t_low, j.t_high], [y, y], color=colour, lw=2.5, solid_capstyle="butt")
         ax.plot(j.mean, y, "o", color=colour, ms=3.5)
