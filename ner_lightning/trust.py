@@ -69,11 +69,11 @@ def check_buildable(node: dict, builds: type, key: str, where: str, trust: Trust
         if not isinstance(target, str) or not trust.allows(target):
             raise _refuse(where, f"{path}._target_", f"{target!r} is not a class of {PACKAGE} or of a module "
                           "you allowed")
-    from hydra._internal.utils import _locate
+    from hydra.utils import get_object
     from torch import nn
 
     for path, target in targets:
-        cls = _locate(target)
+        cls = get_object(target)
         base = builds if path == key else nn.Module
         if not (isinstance(cls, type) and trust.allows(cls.__module__) and issubclass(cls, base)):
             raise _refuse(where, f"{path}._target_", f"{target!r} is not a {base.__module__}.{base.__qualname__} "

@@ -72,7 +72,7 @@ def test_cells_per_gpu_puts_that_many_slots_on_each_gpu(caplog):
 
 def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatch, tmp_path):
     """hydra/launcher=parallel composes n_jobs = GPUs x cells_per_gpu (default by GPU memory, at
-    most one cell per two cores), and the launcher keeps cells_per_gpu out of joblib's arguments."""
+    most one cell per two cores), and the launcher takes both."""
     import torch
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -104,9 +104,12 @@ def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatc
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
         monkeypatch.setattr(devices.os, "cpu_count", lambda: 16)  # the interpolation resolves here
         launcher = instantiate(launcher_cfg)
-        assert launcher.cells_per_gpu == 4 and "cells_per_gpu" not in launcher.joblib and launcher.joblib["n_jobs"] == 8
+        assert (launcher.cells_per_gpu, launcher.n_jobs) == (4, 8)
         with pytest.raises(Exception, match="cells_per_gpu=0: give an int >= 1"):  # hydra wraps the ValueError
             instantiate(compose("config", overrides=["hydra/launcher=parallel", "hydra.launcher.cells_per_gpu=0"],
+                                return_hydra_config=True).hydra.launcher)
+        with pytest.raises(Exception, match="n_jobs=0: give an int >= 1"):
+            instantiate(compose("config", overrides=["hydra/launcher=parallel", "hydra.launcher.n_jobs=0"],
                                 return_hydra_config=True).hydra.launcher)
     GlobalHydra.instance().clear()
 

@@ -266,6 +266,45 @@ def test_parallel_launcher_runs_cells_at_once_with_one_slot_each(toy_data_dir, t
     assert all(d["accelerator"] == "cpu" and d["threads"] == max(1, (os.cpu_count() or 1) // 2) for d in devs)
 
 
+def test_a_parallel_worker_that_dies_fails_only_its_cell_and_is_replaced(toy_data_dir, tmp_path):
+    """Six cells on 2 workers, the cell of partition 1 ending its worker process (os._exit(9), a
+    segfault's kind of end): that cell fails with the exit code named, the other five finish, a
+    new worker takes over; every other worker runs cell after cell (pids = 3 workers in all)."""
+    from ner_lightning.config import REPO_ROOT
+
+    args = ["-m", "partition=0,1,2", "loss=ce,crf", *TOY, "+callbacks.x._target_=tests.worker_crash.ExitProcess",
+            "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={tmp_path / 's'}"]
+    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true",
+               PYTHONPATH=str(REPO_ROOT), **ONE_THREAD_PER_WORKER)
+    proc = subprocess.run([sys.executable, "-m", "ner_lightning.run", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "6 cells — 6 ran, 2 failed" in out, out[-3000:]
+    assert out.count("died (exit code 9): that cell failed, the others go on") == 2  # partition 1 of ce and crf
+    done = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/results.json")]
+    assert sorted(r["partition"]["partition"] for r in done) == [0, 0, 2, 2]
+    assert not list((tmp_path / "s").glob("*partition=1*/results.json"))
+    assert len({r["device"]["pid"] for r in done}) <= 4  # 2 workers + the 2 that replaced the dead ones
+
+
+@pytest.mark.slow  # 24 tiny cells on 2 workers
+def test_parallel_workers_start_once_and_run_every_cell_of_a_24_cell_sweep(toy_data_dir, tmp_path):
+    """24 cells on 2 workers: 2 worker processes in all (no worker replaced), each on its own slot
+    for its whole life; every later cell of a worker skips the process start-up."""
+    args = ["-m", "partition=0,1,2,3,4,5", "loss=ce,crf", "size=6,8", *[a for a in TOY if not a.startswith("size")],
+            "trainer.max_epochs=1", "trainer.min_epochs=1", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={tmp_path / 's'}"]
+    proc = run_cli(args, tmp_path, toy_data_dir)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    results = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/results.json")]
+    assert len(results) == 24
+    by_pid: dict = {}
+    for r in results:
+        by_pid.setdefault(r["device"]["pid"], set()).add(r["device"]["slot"])
+    assert len(by_pid) == 2 and sorted(s for slots in by_pid.values() for s in slots) == [0, 1]
+
+
 def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):
     """Hydra sets a cell up (folder, .hydra/, log file) before our code runs: an error there
     (here a file where the folder should be) fails that cell only, not the sweep."""

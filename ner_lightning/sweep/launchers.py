@@ -3,11 +3,12 @@ interface (what Hydra's basic launcher does), with each cell isolated — an err
 sets a cell up (before our code runs: its folder or log file cannot be written) fails that
 cell, not the sweep — and the sweep's progress (cells done, time left) after each cell.
 
-``hydra/launcher=parallel``: hydra-joblib-launcher's worker processes, plus ``cells_per_gpu``
-(how many cells share a GPU, each in its own worker process; ``sweep/devices.py`` places them)."""
+``hydra/launcher=parallel``: ``n_jobs`` worker processes that start once and run cell after cell
+(``sweep/workers.py``), ``cells_per_gpu`` of them per GPU (``sweep/devices.py`` places them)."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Sequence
@@ -15,8 +16,10 @@ from typing import Sequence
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+from hydra.core.singleton import Singleton
 from omegaconf import DictConfig, open_dict
+
+from ner_lightning.sweep.workers import WorkerPool
 
 log = logging.getLogger("ner_lightning")
 
@@ -72,13 +75,32 @@ class LocalLauncher(Launcher):
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
 
-class ParallelLauncher(JoblibLauncher):
-    """Joblib's launcher (``n_jobs`` loky worker processes) whose config also says how many cells
-    share one GPU (``cells_per_gpu``): read by ``sweep.devices.assign`` in each worker, not passed
-    to joblib."""
+class ParallelLauncher(LocalLauncher):
+    """``n_jobs`` long-lived worker processes (``sweep/workers.py``), each running cell after
+    cell; ``cells_per_gpu``: how many of them share one GPU (``sweep.devices.assign`` places each
+    worker on its slot)."""
 
-    def __init__(self, cells_per_gpu: int = 1, **joblib) -> None:
+    def __init__(self, n_jobs: int, cells_per_gpu: int = 1) -> None:
         if not isinstance(cells_per_gpu, int) or isinstance(cells_per_gpu, bool) or cells_per_gpu < 1:
             raise ValueError(f"hydra.launcher.cells_per_gpu={cells_per_gpu!r}: give an int >= 1 (cells sharing a GPU)")
-        super().__init__(**joblib)
-        self.cells_per_gpu = cells_per_gpu
+        if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0 or n_jobs < -1:
+            raise ValueError(f"hydra.launcher.n_jobs={n_jobs!r}: give an int >= 1 (worker processes), or -1 (one per core)")
+        super().__init__()
+        self.n_jobs, self.cells_per_gpu = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs, cells_per_gpu
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        log.info("%d cells on %d worker processes", len(job_overrides), min(self.n_jobs, len(job_overrides)))
+        jobs = [(initial_job_idx + k, list(o)) for k, o in enumerate(job_overrides)]
+        for idx, overrides in jobs:
+            log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
+        pool = WorkerPool(self.n_jobs, (self.hydra_context, self.config, self.task_function, Singleton.get_state()))
+        done: list[JobReturn] = []
+        started = time.monotonic()
+
+        def progress(_pos: int, ret: JobReturn) -> None:
+            done.append(ret)
+            _log_progress(done, len(jobs), time.monotonic() - started)
+        return pool.run(jobs, progress)

@@ -1,0 +1,171 @@
+"""The worker processes of ``hydra/launcher=parallel``: each starts once and runs cell after cell.
+
+A worker is spawned with what every cell of the launch shares (Hydra's context, the sweep's
+config, the task function: sent once, not per cell) and then receives only a cell's index and
+overrides. So imports, the device slot (``sweep/devices.py``), the measured precision and the
+corpora it has read stay with the worker for its life: a later cell starts in well under a second.
+No worker is ended because its memory grew (loky, joblib's executor, ends a worker whose memory
+grew by 300 MB during a task, which a CUDA context always does, and the next cell pays a fresh
+start-up). A worker that dies (a segfault, an out-of-memory kill, ``os._exit``) fails the cell it
+was running, with its exit code, and is replaced; the other cells go on, and a rerun of the sweep
+resumes the failed one as usual. Ctrl-C or SIGTERM reach the workers too: their cells write
+``failure.json`` (interrupted) and the launch ends with the cells' exit code; a launcher killed
+outright takes its workers with it (Linux: they get SIGTERM when it dies).
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import signal
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Callable, Sequence
+
+import cloudpickle
+from hydra.core.utils import JobReturn, JobStatus
+
+log = logging.getLogger("ner_lightning")
+
+STOP = None  # what a worker receives when the launch has no cell left for it
+
+
+class WorkerDied(RuntimeError):
+    """The worker process running a cell died before the cell returned."""
+
+
+def serve(conn: Connection, shared: bytes) -> None:
+    """A worker's life: unpack what every cell shares, then run each ``(index, overrides)``
+    received with ``hydra_joblib_launcher``'s ``execute_job`` (Hydra's job set-up, then the task)
+    and send back its ``JobReturn``; a cell interrupted by a signal sends its exit code and ends
+    the worker."""
+    from hydra_plugins.hydra_joblib_launcher._core import execute_job
+
+    _end_with_parent()
+    hydra_context, config, task_function, singleton_state = cloudpickle.loads(shared)
+    while (message := _receive_job(conn)) is not STOP:
+        index, overrides = message
+        try:
+            ret = execute_job(index, overrides, hydra_context, config, task_function, singleton_state)
+        except SystemExit as stop:  # an interrupted cell (run.main: exit 130 / 143)
+            conn.send_bytes(cloudpickle.dumps(("exit", stop.code)))
+            return
+        except Exception as err:  # noqa: BLE001 — Hydra could not set the cell up: it fails alone
+            ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err)
+        conn.send_bytes(cloudpickle.dumps(("done", ret)))
+
+
+def _receive_job(conn: Connection):
+    """The next job, or STOP when the launcher has none left or is gone."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return STOP
+
+
+def _end_with_parent() -> None:
+    """On Linux, SIGTERM this worker when the launching process dies (killed with SIGKILL, say):
+    its cell then records the interruption, and no orphan keeps the device slot."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Worker:
+    process: mp.process.BaseProcess
+    conn: Connection
+    job: int | None = None  # position of the cell it runs
+
+
+class WorkerPool:
+    """``n`` long-lived workers serving the cells of one launch (module docstring)."""
+
+    def __init__(self, n: int, shared: tuple) -> None:
+        self.n = n
+        self.shared = cloudpickle.dumps(shared)
+        self.context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
+        self.started = 0
+
+    def _start(self) -> Worker:
+        parent, child = self.context.Pipe()
+        process = self.context.Process(target=serve, args=(child, self.shared), daemon=True,
+                                       name=f"ner_lightning-worker-{self.started}")
+        process.start()
+        child.close()
+        self.started += 1
+        return Worker(process, parent)
+
+    def run(self, jobs: Sequence[tuple[int, list[str]]],
+            on_return: Callable[[int, JobReturn], None] = lambda pos, ret: None) -> list[JobReturn]:
+        """Each ``(index, overrides)`` run on a worker; the returns in the order of ``jobs``."""
+        pending, returns = deque(range(len(jobs))), [None] * len(jobs)
+        workers = [self._start() for _ in range(min(self.n, len(jobs)))]
+        exit_code = None
+        try:
+            while pending or any(w.job is not None for w in workers):
+                for w in workers:
+                    if w.job is None and pending and exit_code is None:
+                        w.job = pending.popleft()
+                        w.conn.send(jobs[w.job])
+                busy = [w for w in workers if w.job is not None]
+                if not busy:
+                    break
+                wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+                for w in busy:
+                    message = self._receive(w)
+                    if message is None:
+                        continue
+                    kind, value = message
+                    pos, w.job = w.job, None
+                    if kind == "done":
+                        returns[pos] = value
+                    else:  # interrupted (its exit code), or its worker died (why)
+                        exit_code = value if kind == "exit" else exit_code
+                        returns[pos] = JobReturn(overrides=list(jobs[pos][1]), status=JobStatus.FAILED,
+                                                 _return_value=SystemExit(value) if kind == "exit" else value)
+                    on_return(pos, returns[pos])
+                    if kind == "died":
+                        workers[workers.index(w)] = self._start()
+        except KeyboardInterrupt:  # the workers got the same Ctrl-C: their cells record it
+            exit_code = 130
+        finally:
+            self._stop(workers)
+        if exit_code is not None:
+            raise SystemExit(exit_code)
+        return returns
+
+    @staticmethod
+    def _receive(w: Worker) -> tuple[str, object] | None:
+        """The message a busy worker sent, ``("died", JobReturn)`` if it ended without one, or
+        None while it still works."""
+        if w.conn.poll():
+            try:
+                return cloudpickle.loads(w.conn.recv_bytes())
+            except (EOFError, OSError):
+                pass
+        elif w.process.is_alive():
+            return None
+        w.process.join(5)
+        code = w.process.exitcode
+        why = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        log.error("the worker running cell #%d died (%s): that cell failed, the others go on; rerun the sweep to "
+                  "run it again", w.job, why)
+        return "died", WorkerDied(f"the worker process died ({why}) while running this cell")
+
+    @staticmethod
+    def _stop(workers: list[Worker]) -> None:
+        for w in workers:
+            try:
+                if w.process.is_alive() and w.job is None:
+                    w.conn.send(STOP)
+            except (BrokenPipeError, OSError):
+                pass
+        for w in workers:
+            w.process.join(60 if w.job is None else 120)
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join(10)
