@@ -9,6 +9,8 @@ plus ``conf/token_loss/<name>.yaml`` naming it as ``_target_``.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,6 +21,10 @@ class TokenLoss(nn.Module):
     heads of ``loss=ce`` and its variants, MoM's base, the MRC heads, each corpus's head in a
     multi-corpus run) receives an instance of a subclass, built by Hydra from
     ``conf/token_loss/<name>.yaml``."""
+
+    # Whether the loss is the mean of ``per_token`` over the real words (``forward`` as here), so
+    # a masked mean over a padded batch gives it (lockstep training: ``ner_lightning.lockstep``).
+    per_token_mean: ClassVar[bool] = True
 
     def per_token(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -95,6 +101,8 @@ class DiceLoss(TokenLoss):
     the released code's defaults (ε = 0.01, squares, set level) are not.
     """
 
+    per_token_mean: ClassVar[bool] = False  # a set-level loss
+
     VARIANTS = ("li2020", "eq6")
     LEVELS = ("token", "set")
 
@@ -155,6 +163,8 @@ class MoMLoss(TokenLoss):
     that is minimised (the minus is dropped), the reading under which λ < 1 adds weight to
     O-class errors, as the paper describes. λ = 1 gives the base loss exactly.
     """
+
+    per_token_mean: ClassVar[bool] = False  # its O-token term is a per-sentence mean
 
     def __init__(self, base: TokenLoss, lam: float, m: int | str = 128, outside_id: int = 0):
         super().__init__()

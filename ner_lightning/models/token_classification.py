@@ -33,6 +33,31 @@ class TokenClassificationModule(HeadModule):
     def token_loss(self) -> TokenLoss:
         return self.head.token_loss
 
+    def lockstep_refusal(self) -> str | None:
+        """One head (no auxiliary corpora) and a token loss that is a mean over words train in lockstep."""
+        if len(self.heads) > 1:
+            return "a multi-corpus run (one head per corpus) does not train in lockstep"
+        if not self.token_loss.per_token_mean:
+            return f"{type(self.token_loss).__name__} is not a mean over words (a set- or sentence-level loss)"
+        return None
+
+    def padded_scores(self, batch: dict) -> torch.Tensor:
+        """Word scores of a padded fp32 batch: the encoder with an additive key-padding mask
+        ``(B, 1, T, T)`` (the form Hugging Face adds to the attention scores as it is, in every
+        attention implementation, without asking the device whether it is all ones)."""
+        ids, keep = batch["input_ids"], batch["attention_mask"].bool()
+        square = keep[:, None, None, :].expand(ids.size(0), 1, ids.size(1), ids.size(1))
+        additive = torch.zeros(square.shape, device=ids.device).masked_fill(~square, torch.finfo(torch.float32).min)
+        hidden = self.encoder.model(input_ids=ids, attention_mask=additive).last_hidden_state
+        return self.head.scores(self.encoder.word_states(hidden, batch["word_starts"]), batch["word_mask"])
+
+    def padded_loss(self, batch: dict) -> torch.Tensor:
+        """The token loss's mean over the real words, as a masked mean over every word slot."""
+        scores, keep = self.padded_scores(batch), batch["word_mask"]
+        targets = self.word_labels(batch).clamp(min=0)
+        per_word = self.token_loss.per_token(scores.flatten(0, 1), targets.flatten()).view_as(keep)
+        return (per_word * keep).sum() / keep.sum()
+
     def logits(self, batch: dict) -> torch.Tensor:
         """Main-head scores ``(B, W, K)``."""
         return self.head.scores(self.word_states(batch), batch["word_mask"])

@@ -1,0 +1,117 @@
+"""One lockstep step of K cells against the same K cells' steps one after another (a plain loop of
+each cell's family step: training loss, backward, clipping, AdamW), interleaved in rounds, medians:
+
+    python benchmarks/lockstep_step.py --out docs/bench_runs/lockstep_<date>/lockstep_step.json
+
+Cells: CE on real CoNLL-2003 (size 50, partition 0: cell k trains on the partition's batch k of 8
+sentences), fp32, each with its own initialisation; ``--models tiny,minilm``, ``--cells 8,16``.
+The lockstep step runs the padded batch (no packing: ``vmap`` needs fixed shapes), the loop runs
+each cell as training does (packed, ``model.pack=true``). Prints a Markdown table; ``--out`` also
+writes the raw times (JSON) beside the machine and commit.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ner_lightning.build import build_datamodule, build_module  # noqa: E402
+from ner_lightning.config import compose_config, complete_config  # noqa: E402
+from ner_lightning.lockstep import LockstepGroup, stack_batches  # noqa: E402
+
+
+def cells(model: str, k: int, out: Path):
+    """``k`` CE cells of ``model`` (fp32), their training batches and the pad id."""
+    cfg = complete_config(compose_config([f"model={model}", "trainer=cpu", "trainer.precision=32-true",
+                                          "logger=csv", "size=50", "data.batch_size=8"], out))
+    modules, datamodule = [], None
+    for i in range(k):
+        torch.manual_seed(100 + i)
+        encoder = instantiate(cfg.model)
+        if datamodule is None:
+            datamodule = build_datamodule(cfg, encoder.tokenizer)
+            datamodule.setup("fit")
+        modules.append(build_module(cfg, encoder, datamodule))
+    batches = list(datamodule.train_dataloader())
+    return modules, [batches[i % len(batches)] for i in range(k)], datamodule.tokenizer.pad_token_id, cfg
+
+
+def loop_step(modules, optimizers, batches, clip: float) -> None:
+    for module, optimizer, batch in zip(modules, optimizers, batches):
+        loss = module.training_loss(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def measure(model: str, k: int, rounds: int, out: Path) -> dict:
+    modules, batches, pad, cfg = cells(model, k, out)
+    clip = float(cfg.trainer.gradient_clip_val)
+    alone = [copy.deepcopy(m) for m in modules]
+    optimizers = [m.optimizer_factory(params=m.optimizer_parameters()) for m in alone]
+    group = LockstepGroup(modules, total_steps=10_000, clip_norm=clip)
+    stacked = stack_batches(batches, pad)
+    loop_step(alone, optimizers, batches, clip), group.step(stacked)  # warm-up
+    times = {"loop": [], "lockstep": []}
+    for _ in range(rounds):
+        t = time.perf_counter()
+        loop_step(alone, optimizers, batches, clip)
+        times["loop"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        group.step(stacked)
+        times["lockstep"].append(time.perf_counter() - t)
+    loop, lock = statistics.median(times["loop"]), statistics.median(times["lockstep"])
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    return {"model": model, "cells": k, "rounds": rounds, "real_tokens_per_step": tokens,
+            "padded_tokens_per_step": int(stacked["attention_mask"].numel()), "times_s": times,
+            "median_loop_s": loop, "median_lockstep_s": lock, "speedup": loop / lock}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="tiny,minilm")
+    ap.add_argument("--cells", default="8,16")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", type=Path, help="write the raw times here (JSON)")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    work = Path("/tmp/lockstep_bench")
+    rows = [measure(m, int(k), args.rounds, work) for m in args.models.split(",") for k in args.cells.split(",")]
+    print("| encoder | cells | loop of the cells' steps | one lockstep step | speed-up |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['cells']} | {1e3 * r['median_loop_s']:.0f} ms | {1e3 * r['median_lockstep_s']:.0f} ms "
+              f"| {r['speedup']:.2f}× |")
+    if args.out:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"commit": commit, "machine": platform.processor() or platform.machine(),
+                                        "cpu": _cpu(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+                                        "rows": rows}, indent=1))
+
+
+def _cpu() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

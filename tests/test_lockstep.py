@@ -1,0 +1,102 @@
+"""Cells in lockstep (ner_lightning/lockstep.py): one stacked step is the K cells' own steps, and
+the K stacked models score as each alone."""
+import pytest
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from ner_lightning.build import build_datamodule, build_module
+from ner_lightning.config import complete_config
+from ner_lightning.lockstep import LockstepGroup, stack_batches
+
+
+def _cells(toy_cfg, k: int, *extra: str):
+    """``k`` tiny CE cells, each with its own initialisation (seed 10 + i), dropout off, and a
+    training batch of its own (batch i of the toy training set)."""
+    cfg = complete_config(toy_cfg("model.pack=false", "data.batch_size=3", *extra))
+    modules, datamodule = [], None
+    for i in range(k):
+        torch.manual_seed(10 + i)
+        encoder = instantiate(cfg.model)
+        if datamodule is None:
+            datamodule = build_datamodule(cfg, encoder.tokenizer)
+            datamodule.setup("fit")
+        module = build_module(cfg, encoder, datamodule)
+        for layer in module.modules():
+            if isinstance(layer, nn.Dropout):
+                layer.p = 0.0
+        modules.append(module)
+    batches = list(datamodule.train_dataloader())[:k]
+    return modules, batches, datamodule.tokenizer.pad_token_id
+
+
+def _alone_steps(module, batch, clip: float, total: int, steps: int) -> list[float]:
+    """The cell's own steps, as Lightning takes them: the family's training loss, backward,
+    clipping by total norm, the family's optimiser groups and schedule (``configure_optimizers``)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    optimizer = module.optimizer_factory(params=module.optimizer_parameters())
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(module.warmup_ratio * total), total)
+    losses = []
+    for _ in range(steps):
+        loss = module.training_loss(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], clip)
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("clip", [1.0, 1e-3])  # 1e-3: every cell clipped, each by its own norm
+def test_lockstep_steps_are_each_cells_steps_alone(toy_cfg, clip):
+    """Three cells with their own initialisations and batches, three steps (AdamW's moments in
+    play, no warm-up so the first step moves): the stacked steps' losses and the parameters they
+    leave are each cell's own steps' (fp32, within 1e-5), and the cells stay apart."""
+    import copy
+
+    modules, batches, pad = _cells(toy_cfg, 3, "loss.warmup_ratio=0.0")
+    alone = [copy.deepcopy(m) for m in modules]
+    before = [copy.deepcopy(m.state_dict()) for m in modules]
+    group = LockstepGroup(modules, total_steps=10, clip_norm=clip)
+    stacked = stack_batches(batches, pad)
+    losses = torch.stack([group.step(stacked) for _ in range(3)], 1)
+    group.write_back()
+    for k, batch in enumerate(batches):
+        assert losses[k].tolist() == pytest.approx(_alone_steps(alone[k], batch, clip, 10, 3), abs=1e-5)
+        stepped, expected = modules[k].state_dict(), alone[k].state_dict()
+        assert max((expected[n] - stepped[n]).abs().max().item() for n in expected) < 1e-5
+        assert max((before[k][n] - stepped[n]).abs().max().item() for n in expected) > 1e-4  # it moved
+    assert (modules[0].head.classifier.weight - modules[1].head.classifier.weight).abs().max() > 1e-3
+
+
+def test_the_stacked_models_score_as_each_alone_and_refusals_say_why(toy_cfg):
+    modules, batches, pad = _cells(toy_cfg, 3)
+    group = LockstepGroup(modules, total_steps=10)
+    scores = group.scores(stack_batches(batches, pad))
+    for k, (module, batch) in enumerate(zip(modules, batches)):
+        module.eval()
+        with torch.no_grad():
+            alone = module.logits(batch)
+        rows, words = alone.shape[:2]
+        real = batch["word_mask"]
+        assert torch.allclose(scores[k, :rows, :words][real], alone[real], atol=1e-5)
+        assert torch.equal(scores[k, :rows, :words][real].argmax(-1), alone[real].argmax(-1))
+    dice, _, _ = _cells(toy_cfg, 2, "loss=dice")
+    with pytest.raises(ValueError, match="DiceLoss is not a mean over words"):
+        LockstepGroup(dice, total_steps=10)
+
+
+def test_stacked_batches_pad_rows_words_and_sub_words_without_empty_attention():
+    a = {"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.tensor([[1, 1, 1]]),
+         "labels": torch.tensor([[0, 1, 2]]), "word_starts": torch.tensor([[0, 1]]),
+         "word_mask": torch.tensor([[True, True]])}
+    b = {"input_ids": torch.tensor([[8], [9]]), "attention_mask": torch.tensor([[1], [1]]),
+         "labels": torch.tensor([[3], [4]]), "word_starts": torch.tensor([[0], [0]]),
+         "word_mask": torch.tensor([[True], [True]])}
+    stacked = stack_batches([a, b], pad_id=0)
+    assert stacked["input_ids"].tolist() == [[[5, 6, 7], [0, 0, 0]], [[8, 0, 0], [9, 0, 0]]]
+    assert stacked["attention_mask"].tolist() == [[[1, 1, 1], [1, 0, 0]], [[1, 0, 0], [1, 0, 0]]]
+    assert stacked["word_mask"].tolist() == [[[True, True], [False, False]], [[True, False], [True, False]]]
+    assert stacked["labels"][0, 1].tolist() == [-100, -100, -100]
