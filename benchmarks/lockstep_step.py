@@ -4,7 +4,8 @@ each cell's family step: training loss, backward, clipping, AdamW), interleaved 
     python benchmarks/lockstep_step.py --out docs/bench_runs/lockstep_<date>/lockstep_step.json
 
 Cells: CE on real CoNLL-2003 (size 50, partition 0: cell k trains on the partition's batch k of 8
-sentences), fp32, each with its own initialisation; ``--models tiny,minilm``, ``--cells 8,16``.
+sentences), fp32, each with its own initialisation; ``--models tiny,minilm``, ``--cells 8,16``,
+``--device cuda`` on a GPU (``make gpu-check``).
 The lockstep step runs the padded batch (no packing: ``vmap`` needs fixed shapes), the loop runs
 each cell as training does (packed, ``model.pack=true``). Prints a Markdown table; ``--out`` also
 writes the raw times (JSON) beside the machine and commit.
@@ -34,8 +35,8 @@ from ner_lightning.config import compose_config, complete_config  # noqa: E402
 from ner_lightning.lockstep import LockstepGroup, stack_batches  # noqa: E402
 
 
-def cells(model: str, k: int, out: Path):
-    """``k`` CE cells of ``model`` (fp32), their training batches and the pad id."""
+def cells(model: str, k: int, out: Path, device: str = "cpu"):
+    """``k`` CE cells of ``model`` (fp32) on ``device``, their training batches and the pad id."""
     cfg = complete_config(compose_config([f"model={model}", "trainer=cpu", "trainer.precision=32-true",
                                           "logger=csv", "size=50", "data.batch_size=8"], out))
     modules, datamodule = [], None
@@ -45,9 +46,15 @@ def cells(model: str, k: int, out: Path):
         if datamodule is None:
             datamodule = build_datamodule(cfg, encoder.tokenizer)
             datamodule.setup("fit")
-        modules.append(build_module(cfg, encoder, datamodule))
-    batches = list(datamodule.train_dataloader())
+        modules.append(build_module(cfg, encoder, datamodule).to(device))
+    batches = [{key: v.to(device) if torch.is_tensor(v) else v for key, v in b.items()}
+               for b in datamodule.train_dataloader()]
     return modules, [batches[i % len(batches)] for i in range(k)], datamodule.tokenizer.pad_token_id, cfg
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def loop_step(modules, optimizers, batches, clip: float) -> None:
@@ -59,8 +66,8 @@ def loop_step(modules, optimizers, batches, clip: float) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
-def measure(model: str, k: int, rounds: int, out: Path) -> dict:
-    modules, batches, pad, cfg = cells(model, k, out)
+def measure(model: str, k: int, rounds: int, out: Path, device: str = "cpu") -> dict:
+    modules, batches, pad, cfg = cells(model, k, out, device)
     clip = float(cfg.trainer.gradient_clip_val)
     alone = [copy.deepcopy(m) for m in modules]
     optimizers = [m.optimizer_factory(params=m.optimizer_parameters()) for m in alone]
@@ -69,15 +76,18 @@ def measure(model: str, k: int, rounds: int, out: Path) -> dict:
     loop_step(alone, optimizers, batches, clip), group.step(stacked)  # warm-up
     times = {"loop": [], "lockstep": []}
     for _ in range(rounds):
+        _sync(device)
         t = time.perf_counter()
         loop_step(alone, optimizers, batches, clip)
+        _sync(device)
         times["loop"].append(time.perf_counter() - t)
         t = time.perf_counter()
         group.step(stacked)
+        _sync(device)
         times["lockstep"].append(time.perf_counter() - t)
     loop, lock = statistics.median(times["loop"]), statistics.median(times["lockstep"])
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
-    return {"model": model, "cells": k, "rounds": rounds, "real_tokens_per_step": tokens,
+    return {"model": model, "cells": k, "device": device, "rounds": rounds, "real_tokens_per_step": tokens,
             "padded_tokens_per_step": int(stacked["attention_mask"].numel()), "times_s": times,
             "median_loop_s": loop, "median_lockstep_s": lock, "speedup": loop / lock}
 
@@ -87,11 +97,13 @@ def main() -> None:
     ap.add_argument("--models", default="tiny,minilm")
     ap.add_argument("--cells", default="8,16")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (make gpu-check)")
     ap.add_argument("--out", type=Path, help="write the raw times here (JSON)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     work = Path("/tmp/lockstep_bench")
-    rows = [measure(m, int(k), args.rounds, work) for m in args.models.split(",") for k in args.cells.split(",")]
+    rows = [measure(m, int(k), args.rounds, work, args.device) for m in args.models.split(",")
+            for k in args.cells.split(",")]
     print("| encoder | cells | loop of the cells' steps | one lockstep step | speed-up |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['cells']} | {1e3 * r['median_loop_s']:.0f} ms | {1e3 * r['median_lockstep_s']:.0f} ms "

@@ -1,0 +1,109 @@
+"""A fixed grid sample under several launchers, interleaved in rounds: wall time, cells per hour,
+where the cells' time went (the sums of their ``phase_s``) and the Table 2 grid it extrapolates to.
+
+    python benchmarks/grid_sample.py --launchers local,parallel --rounds 2 \\
+        --out docs/bench_runs/workers_<date>/grid_sample.json
+    python benchmarks/grid_sample.py --grid "loss=auc2t size=20,50,100,150,200,250,300,350,400,450,500,1000 \\
+        partition=0,1,2,3,4,5,6,7" --extra "trainer=gpu logger=csv trainer.max_epochs=5" --launchers parallel
+
+The default sample is 32 tiny-encoder cells (CE and AUC-2T, sizes 20 and 50, partitions 0–7; the
+closest CPU proxy of launch-bound GPU cells). Each launcher runs the sample in a fresh sweep folder
+per round (rounds alternate the launchers' order). The extrapolation to the AUC-2T paper's Table 2
+grid (12 sizes × 30 partitions × 4 methods = 1,440 cells) scales the sample's wall time by 1,440 /
+its cells, so it is meaningful for a sample that keeps the grid's shape (all 12 sizes; ``--epochs-to``
+also scales by 30 / the sample's ``trainer.max_epochs``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from launchers import command  # benchmarks/launchers.py: the same command line per launcher
+from timing import timed_process  # benchmarks/timing.py
+
+SAMPLE = "loss=ce,auc2t size=20,50 partition=0,1,2,3,4,5,6,7"
+TABLE2_CELLS = 12 * 30 * 4
+
+
+def phase_sums(sweep: Path) -> tuple[int, dict[str, float], list[float]]:
+    """Finished cells, the sums of their phases, and every cell's start-up."""
+    sums: dict[str, float] = defaultdict(float)
+    startups, done = [], 0
+    for path in sweep.glob("*/results.json"):
+        r = json.loads(path.read_text())
+        done += 1
+        for phase, seconds in (r.get("phase_s") or {}).items():
+            sums[phase] += seconds
+        startups.append((r.get("phase_s") or {}).get("startup", float("nan")))
+    return done, dict(sums), startups
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--grid", default=SAMPLE)
+    ap.add_argument("--extra", default="debug=tiny trainer.max_epochs=10")
+    ap.add_argument("--launchers", default="local,parallel")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--epochs-to", type=int, help="also scale the extrapolation to this many epochs per cell")
+    ap.add_argument("--root", type=Path, default=Path("/tmp/grid_sample"))
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    launchers = args.launchers.split(",")
+    runs = []
+    for rnd in range(args.rounds):
+        for launcher in launchers if rnd % 2 == 0 else reversed(launchers):
+            sweep = args.root / f"{launcher.replace(':', '_')}_{rnd}"
+            shutil.rmtree(sweep, ignore_errors=True)
+            args.root.mkdir(parents=True, exist_ok=True)
+            _, wall = timed_process(command(args.grid, args.extra, sweep, launcher), log=sweep.with_suffix(".log"),
+                                    check=False)
+            done, sums, startups = phase_sums(sweep)
+            runs.append({"launcher": launcher, "round": rnd, "wall_s": wall, "cells": done, "phase_s": sums,
+                         "startup_s": sorted(startups)})
+            print(f"round {rnd}: {launcher} {done} cells in {wall:.1f} s", file=sys.stderr, flush=True)
+    epochs = next((int(a.split("=", 1)[1]) for a in shlex.split(args.extra) if a.startswith("trainer.max_epochs=")), None)
+    scale = (args.epochs_to / epochs) if args.epochs_to and epochs else 1.0
+    print("| launcher | cells | wall (median) | cells / hour | start-up after each worker's first (median) | "
+          "phase sums (s) | Table 2 grid at this rate |\n|---|---|---|---|---|---|---|")
+    summary = {}
+    for launcher in launchers:
+        mine = [r for r in runs if r["launcher"] == launcher]
+        wall = statistics.median(r["wall_s"] for r in mine)
+        cells = mine[0]["cells"]
+        later = statistics.median(s for r in mine for s in r["startup_s"][_workers(launcher):])
+        sums = {k: round(statistics.median(r["phase_s"].get(k, 0.0) for r in mine), 1) for k in mine[0]["phase_s"]}
+        grid_h = wall * TABLE2_CELLS / max(cells, 1) * scale / 3600
+        summary[launcher] = {"wall_s": wall, "cells": cells, "later_startup_s": later, "phase_sums_s": sums,
+                             "table2_hours": grid_h}
+        print(f"| {launcher} | {cells} | {wall:.1f} s | {3600 * cells / wall:.0f} | {later:.2f} s | "
+              + ", ".join(f"{k} {v}" for k, v in sums.items()) + f" | {grid_h:.2f} h |")
+    if len(launchers) > 1:
+        base = summary[launchers[0]]["wall_s"]
+        print("\n" + "; ".join(f"{name}: {base / s['wall_s']:.2f}× the speed of {launchers[0]}"
+                               for name, s in list(summary.items())[1:]))
+    if args.out:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"commit": commit, "grid": args.grid, "extra": args.extra, "runs": runs,
+                                        "summary": summary}, indent=1))
+
+
+def _workers(launcher: str) -> int:
+    """Cells that paid a process start-up: one per worker (the sample's first cells)."""
+    import os
+
+    if not launcher.startswith("parallel"):
+        return 1
+    own = dict(o.split("=", 1) for o in launcher.split(":")[1:])
+    return int(own.get("hydra.launcher.n_jobs", min(os.cpu_count() or 1, 8)))
+
+
+if __name__ == "__main__":
+    main()
