@@ -144,7 +144,7 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     write_json_atomic(record_path, record)
     _looks(record, settings, claims, folder, len(plan["stages"]), SCORING, lambda: write_json_atomic(record_path, record),
            lambda grids, partitions: [launch(g, list(settings["grids"][g]), partitions, folder / g, list(extra or []))
-                                      for g in grids])
+                                      for g in grids], robust=plan.get("robust"))
     return record
 
 

@@ -431,3 +431,21 @@ def test_single_aux_is_chosen_on_dev_and_a_macro_average_pairs_partitions(tmp_pa
     path.write_text(yaml.safe_dump({"claims": [claim]}))
     with pytest.raises(SystemExit, match="aux"):
         judge_all(path)
+
+
+def test_the_robust_second_analysis_is_scipys_wilcoxon_signed_rank_test_in_each_direction():
+    """Δ = (0.03, 0.01, 0.04, -0.01, 0.02): ranks of |Δ| 4, 1.5, 5, 1.5, 3 (ties share), W+ = 13.5;
+    `>`: the claim's p is scipy's one-sided `greater` test of Δ, its reverse's the `less` one; `>>`:
+    the same of Δ − margin."""
+    from scipy import stats as sps
+
+    from ner_lightning.report.claims import Judged, wilcoxon_p
+
+    d = (0.03, 0.01, 0.04, -0.01, 0.02)
+    j = Judged({"relation": ">"}, 5, 0.018, 0, 0, 0, 0, 0, 0, 0.019, deltas=d)
+    assert wilcoxon_p(j) == (sps.wilcoxon(d, alternative="greater").pvalue, sps.wilcoxon(d, alternative="less").pvalue)
+    assert sps.wilcoxon(d, alternative="greater").statistic == 13.5
+    wide = Judged({"relation": ">>", "margin": 0.005}, 5, 0.018, 0, 0, 0, 0, 0, 0, 0.019, deltas=d)
+    shifted = [x - 0.005 for x in d]
+    assert wilcoxon_p(wide) == (sps.wilcoxon(shifted, alternative="greater").pvalue,
+                                sps.wilcoxon(shifted, alternative="less").pvalue)

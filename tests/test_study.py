@@ -163,7 +163,8 @@ def _write(folder, loss, partition, f1, lenient_f1=None, **extra):
 
 def test_a_study_is_judged_on_its_papers_registered_scorer(tmp_path, monkeypatch):
     """A study file registers `scorer: lenient` for its paper: each look reads the lenient F1
-    (here +0.05 for the method on every partition) and not the strict one (−0.05)."""
+    (here +0.05 for the method on every partition) and not the strict one (−0.05); the Wilcoxon
+    test it registers as its second analysis stands beside the t-test, marked registered."""
     from ner_lightning import study
 
     rng = np.random.default_rng(5)
@@ -173,13 +174,17 @@ def test_a_study_is_judged_on_its_papers_registered_scorer(tmp_path, monkeypatch
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump({
         "resamples": 100, "papers": {"toy": {"scorer": "lenient"}},
-        "study": {"dir": str(tmp_path / "study"), "partitions": 6}, "grids": {"g": ["loss=ce,m"]},
+        "study": {"dir": str(tmp_path / "study"), "partitions": 6, "stages": [6], "robust": "wilcoxon",
+                  "simulation_studies": 20_000}, "grids": {"g": ["loss=ce,m"]},
         "claims": [{"id": "c", "paper": "toy", "source": "-", "statement": "m > ce", "key": "loss", "method": "m",
                     "baseline": "ce", "metric": "test.micro.f1", "relation": ">", "grid": "g"}]}))
     monkeypatch.setattr(study, "launch", lambda *args: None)
-    record = study.run_study(path)
-    assert record["scoring"] == "paper" and record["looks"][0]["claims"]["c"]["mean"] > 0.04
+    record = study.run_study(path, sequential=True)
+    look = record["looks"][0]["claims"]["c"]
+    assert record["scoring"] == "paper" and look["mean"] > 0.04
     assert record["verdicts"]["c"]["verdict"] == "replicated"
+    assert look["robust"] == {"test": "wilcoxon", "registered": True, "p": {"claim": 1 / 64, "reverse": 1.0}}
+    assert "| 0.01562 / 1 |" in study.table(record)  # all six Δ positive: 2⁻⁶, one-sided
 
 
 @pytest.mark.parametrize("sequential", [True, False])
