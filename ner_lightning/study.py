@@ -10,6 +10,8 @@ plus the grids and the study's plan::
       boundaries: t_simulated        # exact for the t statistic (default); z_nominal: the earlier rule
       exclusions: []                 # partitions left out, each {partition: N, why: ...}, declared before
       alpha_recycling: none          # α of a decided claim is not passed to the rest of its family
+      alpha_split: {AUC-2T: 0.03, MoM: 0.02}   # optional: each family's α (default: α each)
+      robust: wilcoxon               # optional: a second analysis beside the t-test
     grids:
       auc2t_vs_ce: [experiment=replication_auc2t, "loss=ce,auc2t", size=50, "init_seed=42,43,44"]
     claims:
@@ -19,7 +21,8 @@ For each look, every grid that an undecided claim reads is run as one multirun
 (``python -m ner_lightning.run -m GRID... partition=0,…,n-1 hydra.sweep.dir=STUDY/GRID`` plus the
 command's overrides, e.g. ``hydra/launcher=parallel``): the sweep's manifest and resume mean that
 only cells without a result of the same identity run, so a study stopped anywhere resumes by
-running the same command. Then the claims are judged on the look's partitions:
+running the same command. Then the claims are judged on the look's partitions, each on its
+paper's registered scorer (``claim_spec.scored_metric``):
 
 * fixed design (default): one look at ``partitions``, the symmetric rule of the claims module
   (Holm over each family's 2m directions);
@@ -27,9 +30,8 @@ running the same command. Then the claims are judged on the look's partitions:
   boundary spending α / 2m (Bonferroni over the family's 2m directions) by information fraction
   n_k / n_K, exact for the t statistic (``report/sequential.py``); a claim is decided the first
   time a direction crosses, a grid stops growing when every claim reading it is decided. A claim
-  undecided at the last look is *smaller than reported* or *underpowered* by the claims module's
-  rule (:func:`~ner_lightning.report.claims.undecided_verdict`), the latter at the effect the last
-  look detects with 80 % power at its level.
+  undecided at the last look is labelled by the claims module's rule
+  (:func:`~ner_lightning.report.claims.undecided_verdict`) on its interval at that look's level.
 
 ``--register`` fixes the design before any cell runs (``ner_lightning.registration``): a
 registered study refuses cells from a dirty tree and a changed file, and ``--show`` says
@@ -39,8 +41,10 @@ The plan (α, stages, spending, the claims and grids) is written to ``STUDY/stud
 the first cell; a later run with another plan is refused — a sequential study is valid only if
 its looks were fixed before its data were seen. Every look's statistics, levels and α spent are
 recorded there and printed with the table. ``--show`` launches nothing: it judges the recorded
-looks again from the folder's cells (on disk or exported as ``GRID.jsonl.xz``), checks the
-verdicts against the record and prints the table.
+looks again from the folder's cells (on disk or exported as ``GRID.jsonl.xz``) as they ran (the
+decisions must be the record's), then as registered with the deviations found since
+(``study_plan.read_deviations``), and prints that table, the as-run one where it differs, the study-wide
+error and whether the registered rule judged it.
 """
 from __future__ import annotations
 
@@ -50,17 +54,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from ner_lightning import registration
-from ner_lightning.report.claim_spec import (check_delta_source, family, family_directions, grids_of, load_claims,
-                                             scored_metric)
+from ner_lightning.report.claim_spec import family, family_directions, grids_of, load_claims, scored_metric
 from ner_lightning.report.claims import (Judged, decide, interval_at, judge, undecided_verdict, verdict, verdict_kind,
                                          wilcoxon_p)
 from ner_lightning.report.sequential import spent
 from ner_lightning.report.stats import detectable_effect
-from ner_lightning.report.study_table import show, table
-from ner_lightning.study_plan import ROBUST, family_alpha, look_levels, look_partitions, plan_of, study_wide_error
+from ner_lightning.report.study_table import show, table, update_block
+from ner_lightning.study_plan import (family_alpha, look_levels, look_partitions, plan_of, read_deviations,
+                                      study_wide_error)
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
 
@@ -176,27 +178,6 @@ def replay_study(path: Path, folder: Path) -> dict:
     return record
 
 
-def read_deviations(path: Path) -> dict:
-    """A registered study's deviations, found after its results (``FILE.deviations.yaml`` beside
-    it): ``note`` (what was wrong, when it was found, what changes), ``paper_delta_from`` per claim
-    id (the Δ's source, ``claim_spec.check_delta_source``) and ``exploratory_robust`` (a robust
-    analysis not registered, shown as exploratory). They change labels, never decisions."""
-    file = Path(path).with_suffix(".deviations.yaml")
-    if not file.exists():
-        return {}
-    data = yaml.safe_load(file.read_text()) or {}
-    claims = {str(k): {"paper_delta_from": v} for k, v in (data.get("paper_delta_from") or {}).items()}
-    known = {str(c["id"]): c for c in load_claims(path)[1]}
-    for cid, overlay in claims.items():
-        if cid not in known:
-            raise SystemExit(f"{file}: paper_delta_from.{cid}: no such claim in {path}")
-        check_delta_source(file, {**known[cid], **overlay})
-    robust = data.get("exploratory_robust")
-    if robust is not None and robust not in ROBUST:
-        raise SystemExit(f"{file}: exploratory_robust {robust!r} is not one of {ROBUST}")
-    return {"note": data.get("note"), "claims": claims, "exploratory_robust": robust}
-
-
 def _looks(record: dict, settings: dict, claims: list[dict], folder: Path, count: int, scoring: str,
            save=lambda: None, launch_grids=None, robust: str | None = None) -> None:
     """The study's first ``count`` looks into ``record``: at each, the grids of the undecided claims
@@ -294,17 +275,6 @@ def main(argv: list[str] | None = None) -> None:
     print(show(record) if args.show else table(record))
     if args.show and args.update:
         update_block(args.update, str(args.claims), show(record))
-
-
-def update_block(doc: Path, claims_file: str, text: str) -> None:
-    """Replace the body of ``doc``'s ``<!-- study table: claims_file -->`` block with ``text``."""
-    page = Path(doc).read_text()
-    opening = f"<!-- study table: {claims_file} -->"
-    if opening not in page:
-        raise SystemExit(f"{doc}: no '{opening}' block to update")
-    start = page.index("\n", page.index(opening)) + 1
-    end = page.index("<!-- end study table -->", start)
-    Path(doc).write_text(page[:start] + text.strip() + "\n" + page[end:])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """A study's plan (``study:`` of a study file, ``ner_lightning.study``): its looks, α and how each
-family spends it, the partitions of each look, and the study-wide error of the design."""
+family spends it, the partitions of each look, the study-wide error of the design, and the
+deviations from it found after its results."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ner_lightning.report.claim_spec import family_directions, load_claims
+import yaml
+
+from ner_lightning.report.claim_spec import check_delta_source, family_directions, load_claims
 from ner_lightning.report.sequential import BOUNDARIES, SPENDING, nominal_levels, t_boundaries, t_levels
 
 ROBUST = ("wilcoxon",)  # the second analyses a study may register (report/claims.wilcoxon_p)
@@ -112,3 +115,24 @@ def look_partitions(plan: dict, n: int) -> list[int]:
             out.append(p)
         p += 1
     return out
+
+
+def read_deviations(path: Path) -> dict:
+    """A registered study's deviations, found after its results (``FILE.deviations.yaml`` beside
+    it): ``note`` (what was wrong, when it was found, what changes), ``paper_delta_from`` per claim
+    id (the Δ's source, ``claim_spec.check_delta_source``) and ``exploratory_robust`` (a robust
+    analysis not registered, shown as exploratory). They change labels, never decisions."""
+    file = Path(path).with_suffix(".deviations.yaml")
+    if not file.exists():
+        return {}
+    data = yaml.safe_load(file.read_text()) or {}
+    claims = {str(k): {"paper_delta_from": v} for k, v in (data.get("paper_delta_from") or {}).items()}
+    known = {str(c["id"]): c for c in load_claims(path)[1]}
+    for cid, overlay in claims.items():
+        if cid not in known:
+            raise SystemExit(f"{file}: paper_delta_from.{cid}: no such claim in {path}")
+        check_delta_source(file, {**known[cid], **overlay})
+    robust = data.get("exploratory_robust")
+    if robust is not None and robust not in ROBUST:
+        raise SystemExit(f"{file}: exploratory_robust {robust!r} is not one of {ROBUST}")
+    return {"note": data.get("note"), "claims": claims, "exploratory_robust": robust}

@@ -3,6 +3,8 @@ each was decided at and the plan; on replay, the study-wide error, the rule's ch
 verdicts when they were judged on other metrics than the registered ones, and the deviation note."""
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def _plan_line(record: dict) -> str:
     plan = record["plan"]
@@ -75,3 +77,14 @@ def show(record: dict) -> str:
     if record.get("deviations"):
         out.append(f"\nDeviation: {record['deviations'].strip()}")
     return "\n".join(out)
+
+
+def update_block(doc: Path, claims_file: str, text: str) -> None:
+    """Replace the body of ``doc``'s ``<!-- study table: claims_file -->`` block with ``text``."""
+    page = Path(doc).read_text()
+    opening = f"<!-- study table: {claims_file} -->"
+    if opening not in page:
+        raise SystemExit(f"{doc}: no '{opening}' block to update")
+    start = page.index("\n", page.index(opening)) + 1
+    end = page.index("<!-- end study table -->", start)
+    Path(doc).write_text(page[:start] + text.strip() + "\n" + page[end:])
