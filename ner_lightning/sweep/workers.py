@@ -129,7 +129,9 @@ class WorkerPool:
                                                  _return_value=SystemExit(value) if kind == "exit" else value)
                     on_return(pos, returns[pos])
                     if kind == "died":
-                        workers[workers.index(w)] = self._start()
+                        workers.remove(w)
+                        if pending and exit_code is None:
+                            workers.append(self._start())
         except KeyboardInterrupt:  # the workers got the same Ctrl-C: their cells record it
             exit_code = 130
         finally:
