@@ -25,28 +25,20 @@ import warnings
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ner_lightning.build import build_datamodule, build_module  # noqa: E402
 from ner_lightning.config import compose_config, complete_config  # noqa: E402
-from ner_lightning.lockstep import LockstepGroup, stack_batches  # noqa: E402
+from ner_lightning.lockstep import LockstepGroup, build_cells, stack_batches  # noqa: E402
 
 
 def cells(model: str, k: int, out: Path, device: str = "cpu"):
     """``k`` CE cells of ``model`` (fp32) on ``device``, their training batches and the pad id."""
     cfg = complete_config(compose_config([f"model={model}", "trainer=cpu", "trainer.precision=32-true",
                                           "logger=csv", "size=50", "data.batch_size=8"], out))
-    modules, datamodule = [], None
-    for i in range(k):
-        torch.manual_seed(100 + i)
-        encoder = instantiate(cfg.model)
-        if datamodule is None:
-            datamodule = build_datamodule(cfg, encoder.tokenizer)
-            datamodule.setup("fit")
-        modules.append(build_module(cfg, encoder, datamodule).to(device))
+    modules, datamodule = build_cells(cfg, [100 + i for i in range(k)])
+    modules = [m.to(device) for m in modules]
     batches = [{key: v.to(device) if torch.is_tensor(v) else v for key, v in b.items()}
                for b in datamodule.train_dataloader()]
     return modules, [batches[i % len(batches)] for i in range(k)], datamodule.tokenizer.pad_token_id, cfg

@@ -3,7 +3,7 @@ batches, trained as one stacked model.
 
 The cells' parameters are stacked along a leading cell axis (``torch.func.stack_module_state``)
 and one ``vmap`` of ``grad_and_value`` over the family's fixed-shape loss
-(``NERModule.padded_loss``) gives every cell's gradient of its own batch at once, with dropout
+(``contracts.Stackable.padded_loss``) gives every cell's gradient of its own batch at once, with dropout
 drawn independently per cell (``randomness="different"``). The update is each cell's own:
 gradient-norm clipping per cell (``clip_grad_norm_``'s rule on that cell's gradient), and the
 family's optimiser over the stacked tensors — AdamW and SGD act element-wise, so one optimiser
@@ -17,7 +17,7 @@ nothing (``benchmarks/lockstep_step.py``).
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 from torch import nn
@@ -25,12 +25,13 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from transformers import get_linear_schedule_with_warmup
 
 from ner_lightning.models.base import NERModule
+from ner_lightning.models.contracts import Stackable
 
 
 class _PaddedLoss(nn.Module):
     """A family as the function ``vmap`` maps: its fixed-shape loss (or scores) of a batch."""
 
-    def __init__(self, family: NERModule):
+    def __init__(self, family: Stackable):
         super().__init__()
         self.family = family
 
@@ -61,6 +62,24 @@ def stack_batches(batches: Sequence[dict], pad_id: int) -> dict[str, torch.Tenso
     return out
 
 
+def build_cells(cfg, seeds: Sequence[int]) -> tuple[list[NERModule], object]:
+    """The modules of cells that differ only in their initialisation seed (``seeds``), built from
+    one composed config, and the data module they share (set up for fitting)."""
+    from hydra.utils import instantiate
+
+    from ner_lightning.build import build_datamodule, build_module
+
+    modules, datamodule = [], None
+    for seed in seeds:
+        torch.manual_seed(seed)
+        encoder = instantiate(cfg.model)
+        if datamodule is None:
+            datamodule = build_datamodule(cfg, encoder.tokenizer)
+            datamodule.setup("fit")
+        modules.append(build_module(cfg, encoder, datamodule))
+    return modules, datamodule
+
+
 class LockstepGroup:
     """K cells (modules of one family, built alike) trained as one stacked model (module docstring).
 
@@ -75,8 +94,10 @@ class LockstepGroup:
         if len({type(m) for m in modules}) != 1:
             raise ValueError("a lockstep group holds cells of one objective family")
         self.modules = list(modules)
-        wrapped = [_PaddedLoss(m) for m in modules]
-        self.params, self.buffers = stack_module_state(wrapped)
+        wrapped = [_PaddedLoss(cast(Stackable, m)) for m in modules]
+        stacked, self.buffers = stack_module_state(wrapped)
+        self.params = {n: p for n, p in stacked.items() if p.requires_grad}  # what the optimiser steps
+        self.buffers.update({n: p for n, p in stacked.items() if not p.requires_grad})  # a frozen encoder
         self.base = copy.deepcopy(wrapped[0]).to("meta")
         # Attention as plain matmuls: vmap batches them, while SDPA's CPU kernel has no batching
         # rule and runs once per cell (the same values up to float rounding).
@@ -99,14 +120,12 @@ class LockstepGroup:
 
     def step(self, batches: dict[str, torch.Tensor]) -> torch.Tensor:
         """One optimiser step of every cell on its own batch (``stack_batches``); the K losses."""
-        trainable = {n: p for n, p in self.params.items() if p.requires_grad}
-        grads, losses = self._grads(trainable, {**self.buffers, **{n: p for n, p in self.params.items()
-                                                                     if not p.requires_grad}}, batches)
+        grads, losses = self._grads(self.params, self.buffers, batches)
         factor = None
         if self.clip_norm:
             norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()]).sum(0).sqrt()
             factor = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0)
-        for name, p in trainable.items():
+        for name, p in self.params.items():
             g = grads[name]
             p.grad = g if factor is None else g * factor.view(-1, *[1] * (g.dim() - 1))
         self.optimizer.step()

@@ -144,9 +144,12 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     folder.mkdir(parents=True, exist_ok=True)
     record = {"claims_file": str(path), "plan": plan, "scoring": SCORING, "looks": [], "verdicts": {}}
     write_json_atomic(record_path, record)
+
+    def launch_grids(grids: list[str], partitions: list[int]) -> None:
+        for grid in grids:
+            launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
     _looks(record, settings, claims, folder, len(plan["stages"]), SCORING, lambda: write_json_atomic(record_path, record),
-           lambda grids, partitions: [launch(g, list(settings["grids"][g]), partitions, folder / g, list(extra or []))
-                                      for g in grids], robust=plan.get("robust"))
+           launch_grids, robust=plan.get("robust"))
     return record
 
 

@@ -2,30 +2,21 @@
 the K stacked models score as each alone."""
 import pytest
 import torch
-from hydra.utils import instantiate
 from torch import nn
 
-from ner_lightning.build import build_datamodule, build_module
 from ner_lightning.config import complete_config
-from ner_lightning.lockstep import LockstepGroup, stack_batches
+from ner_lightning.lockstep import LockstepGroup, build_cells, stack_batches
 
 
 def _cells(toy_cfg, k: int, *extra: str):
     """``k`` tiny CE cells, each with its own initialisation (seed 10 + i), dropout off, and a
     training batch of its own (batch i of the toy training set)."""
     cfg = complete_config(toy_cfg("model.pack=false", "data.batch_size=3", *extra))
-    modules, datamodule = [], None
-    for i in range(k):
-        torch.manual_seed(10 + i)
-        encoder = instantiate(cfg.model)
-        if datamodule is None:
-            datamodule = build_datamodule(cfg, encoder.tokenizer)
-            datamodule.setup("fit")
-        module = build_module(cfg, encoder, datamodule)
+    modules, datamodule = build_cells(cfg, [10 + i for i in range(k)])
+    for module in modules:
         for layer in module.modules():
             if isinstance(layer, nn.Dropout):
                 layer.p = 0.0
-        modules.append(module)
     batches = list(datamodule.train_dataloader())[:k]
     return modules, batches, datamodule.tokenizer.pad_token_id
 

@@ -101,18 +101,8 @@ class NERModule(pl.LightningModule):
 
     def lockstep_refusal(self) -> str | None:
         """Why this module's cells cannot train in lockstep (``ner_lightning.lockstep``), or None
-        when they can: the family then implements :meth:`padded_scores` and :meth:`padded_loss`."""
-        return f"{type(self).__name__} has no fixed-shape loss (padded_loss)"
-
-    def padded_scores(self, batch: dict) -> torch.Tensor:
-        """Families that train in lockstep: the main corpus's word scores ``(B, W, K)`` from
-        fixed-shape operations only (no packing, no host reads), so ``torch.func.vmap`` runs the
-        cells of a lockstep group as one model (``ner_lightning.lockstep``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not train in lockstep")
-
-    def padded_loss(self, batch: dict) -> torch.Tensor:
-        """Families that train in lockstep: :meth:`training_loss` of a padded batch, fixed shapes only."""
-        raise NotImplementedError(f"{type(self).__name__} does not train in lockstep")
+        when they can: the family then is a ``contracts.Stackable``."""
+        return f"{type(self).__name__} has no fixed-shape loss (contracts.Stackable)"
 
     def optimisation_steps(self, batch: dict) -> list[Step]:
         """Manual-optimisation families: the optimiser steps to take on this batch, in order."""

@@ -65,3 +65,14 @@ class FamilySettings(TypedDict):
     warmup_ratio: float  # the share of the schedule's steps spent warming the learning rate up
     head_lr: float | None  # every parameter trained from scratch (None: the optimiser's lr)
     dropout: float  # on the word states, before the heads
+
+
+class Stackable(Protocol):
+    """A family whose cells train in lockstep (``ner_lightning.lockstep``; its
+    ``lockstep_refusal()`` is None): its main corpus's word scores ``(B, W, K)`` and its training
+    loss of a padded fp32 batch from fixed-shape operations only (no packing, no host reads), so
+    ``torch.func.vmap`` runs the cells of a group as one model."""
+
+    def padded_scores(self, batch: dict) -> torch.Tensor: ...
+
+    def padded_loss(self, batch: dict) -> torch.Tensor: ...

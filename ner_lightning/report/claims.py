@@ -50,7 +50,7 @@ from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
 from ner_lightning.report.claim_spec import family, load_claims, paper_distance, scored_metric
 from ner_lightning.report.runs import group, labels, load_runs, partition_label, select_on_dev
-from ner_lightning.report.stats import bootstrap_mean, detectable_effect, holm
+from ner_lightning.report.stats import bootstrap_mean, detectable_effect, holm, t_interval, wilcoxon_directions
 from ner_lightning.report.tables import paired_by_partition
 
 
@@ -94,12 +94,10 @@ def _tails(d: np.ndarray):
 
 def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[float, float, float]:
     """The claim's p-value and the two-sided (1 − α) paired t-interval of mean Δ."""
-    n, mean = len(d), float(np.mean(d))
-    half = float(stats.t.ppf(1 - alpha / 2, n - 1)) * float(np.std(d, ddof=1) / math.sqrt(n))
     above, below = _tails(d)
     p = {">": lambda: above(0.0), ">>": lambda: above(margin),
          "≈": lambda: max(above(-margin), below(margin))}[relation]()
-    return p, mean - half, mean + half
+    return (p, *t_interval(float(np.mean(d)), float(np.std(d, ddof=1)), len(d), alpha / 2))
 
 
 def p_against(d: np.ndarray, relation: str, margin: float) -> float:
@@ -144,10 +142,9 @@ def verdict(p_claim: float, p_reverse: float, level: float, undecided: str = "")
 
 
 def interval_at(j: Judged, level: float) -> tuple[float, float]:
-    """The two-sided paired t-interval of mean Δ whose each side has error ``level``: the
-    interval that matches one-sided tests at ``level`` (a look's level, Bonferroni's α / 2m)."""
-    half = float(stats.t.isf(level, j.n - 1)) * j.sd / math.sqrt(j.n)
-    return j.mean - half, j.mean + half
+    """The paired t-interval of mean Δ that matches one-sided tests at ``level`` (a look's level,
+    Bonferroni's α / 2m): each side has error ``level``."""
+    return t_interval(j.mean, j.sd, j.n, level)
 
 
 def undecided_verdict(claim: dict, low: float, high: float, detectable: float) -> str:
@@ -168,19 +165,8 @@ def undecided_verdict(claim: dict, low: float, high: float, detectable: float) -
 
 
 def wilcoxon_p(j: Judged) -> tuple[float, float]:
-    """The robust second analysis a study may register: Wilcoxon signed-rank one-sided p of the
-    claim and of its reverse, on the partitions' Δ less the claim's bound (``>``: 0, ``>>``: the
-    margin; ``≈``: the larger of the two TOST p, and the reverse's Bonferroni pair)."""
-    d, margin = np.asarray(j.deltas), float(j.claim.get("margin") or 0.0)
-
-    def one(shift: float, side: str) -> float:
-        x = d - shift
-        return 1.0 if not np.any(x) else float(stats.wilcoxon(x, alternative=side).pvalue)
-    if j.claim["relation"] == "≈":
-        return (max(one(-margin, "greater"), one(margin, "less")),
-                min(1.0, 2 * min(one(margin, "greater"), one(-margin, "less"))))
-    bound = margin if j.claim["relation"] == ">>" else 0.0
-    return one(bound, "greater"), one(bound, "less")
+    """The robust second analysis a study may register (``stats.wilcoxon_directions``) of a claim."""
+    return wilcoxon_directions(j.deltas, j.claim["relation"], float(j.claim.get("margin") or 0.0))
 
 
 def verdict_kind(label: str) -> str:

@@ -124,3 +124,26 @@ def partitions_needed(distance: float, sd: float, alpha: float, tests: int, most
         mid = (low + high) // 2
         low, high = (mid + 1, high) if detectable_effect(sd, mid, alpha, tests) > distance else (low, mid)
     return high
+
+
+def t_interval(mean: float, sd: float, n: int, side_level: float) -> tuple[float, float]:
+    """The two-sided t-interval of a mean whose each side has error ``side_level`` (0.025 for a
+    95 % interval; a one-sided test's level for the interval that matches it)."""
+    half = float(stats.t.isf(side_level, n - 1)) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def wilcoxon_directions(deltas, relation: str, margin: float) -> tuple[float, float]:
+    """Wilcoxon signed-rank one-sided p of a claim on paired differences and of its reverse, on
+    the differences less the claim's bound (``>``: 0, ``>>``: the margin; ``≈``: the larger of the
+    two TOST p, and the reverse's Bonferroni pair)."""
+    d = np.asarray(deltas, dtype=float)
+
+    def one(shift: float, side: str) -> float:
+        x = d - shift
+        return 1.0 if not np.any(x) else float(stats.wilcoxon(x, alternative=side).pvalue)
+    if relation == "≈":
+        return (max(one(-margin, "greater"), one(margin, "less")),
+                min(1.0, 2 * min(one(margin, "greater"), one(-margin, "less"))))
+    bound = margin if relation == ">>" else 0.0
+    return one(bound, "greater"), one(bound, "less")
