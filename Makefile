@@ -43,18 +43,9 @@ bench: install  ## one CE cell vs the raw encoder limit, a plain loop and HF Tra
 	$(BIN)/python benchmarks/bench_ce.py $(if $(BENCH_OUT),--out $(BENCH_OUT))
 
 GPU_OUT ?= multirun/gpu-check
-GRID_ROW_SIZES := 20,50,100,150,200,250,300,350,400,450,500,1000
-gpu-check: install  ## (a GPU machine, ~10 min) the precision, make bench trainer=gpu, the default cell as a process, a sample of an AUC-2T grid row (12 sizes x 2 partitions) at the default cells per GPU, one lockstep step of 8 and 32 MiniLM cells; tables on stdout, JSON in $(GPU_OUT)
+gpu-check: install  ## (a GPU machine, ~10 min) the precision, make bench trainer=gpu, the default cell as a process, a sample of an AUC-2T grid row (12 sizes x 2 partitions) under the parallel and lockstep launchers, lockstep steps of 8 and 32 cells; tables on stdout, JSON in $(GPU_OUT)
 	$(BIN)/python -m pip install -q -e ".[bench]"
-	mkdir -p $(GPU_OUT)
-	$(BIN)/python -c "import torch; assert torch.cuda.is_available(), 'make gpu-check needs a GPU (a CUDA build of torch: docs/gpu_and_cluster.md)'"
-	$(BIN)/python -m ner_lightning.precision measure --accelerator gpu --force || true
-	$(BIN)/python benchmarks/bench_ce.py --out $(GPU_OUT)/bench_ce.json trainer=gpu || true
-	$(BIN)/python benchmarks/default_job.py --out $(GPU_OUT)/default_cell.json trainer=gpu logger=csv || true
-	$(BIN)/python -m ner_lightning.run -m loss=auc2t size=$(GRID_ROW_SIZES) partition=0,1 hydra/launcher=parallel \
-	    trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.sweep.dir=$(GPU_OUT)/grid_row_sample || true
-	$(BIN)/python -m ner_lightning.sweep status $(GPU_OUT)/grid_row_sample --cells | tee $(GPU_OUT)/grid_row_sample.txt
-	$(BIN)/python benchmarks/lockstep_step.py --device cuda --models minilm --cells 8,32 --out $(GPU_OUT)/lockstep_step.json || true
+	PY=$(BIN)/python bash benchmarks/gpu_check.sh $(GPU_OUT)
 
 slurm-check: install  ## (root) start a one-node SLURM here, run the 4-cell grid via local and hydra/launcher=slurm
 	bash benchmarks/slurm_localhost.sh

@@ -5,7 +5,9 @@ each cell's family step: training loss, backward, clipping, AdamW), interleaved 
 
 Cells: CE on real CoNLL-2003 (size 50, partition 0: cell k trains on the partition's batch k of 8
 sentences), fp32, each with its own initialisation; ``--models tiny,minilm``, ``--cells 8,16``,
-``--device cuda`` on a GPU (``make gpu-check``).
+``--device cuda`` on a GPU (``make gpu-check``), ``--precisions 32,bf16`` (bf16: both sides under
+``torch.autocast``). Evaluation too: the K models' scores of their batches, one vmapped forward
+against K forwards one after another, and the largest difference between the two (same weights).
 The lockstep step runs the padded batch (no packing: ``vmap`` needs fixed shapes), the loop runs
 each cell as training does (packed, ``model.pack=true``). Prints a Markdown table; ``--out`` also
 writes the raw times (JSON) beside the machine and commit.
@@ -58,30 +60,50 @@ def loop_step(modules, optimizers, batches, clip: float) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
-def measure(model: str, k: int, rounds: int, out: Path, device: str = "cpu") -> dict:
+@torch.no_grad()
+def loop_scores(modules, stacked: dict) -> torch.Tensor:
+    """Each model's scores of its own (padded) batch, one model after another, dropout off."""
+    out = []
+    for k, module in enumerate(modules):
+        module.eval()
+        out.append(module.padded_scores({key: v[k] for key, v in stacked.items()}))
+        module.train()
+    return torch.stack(out)
+
+
+def _timed(fn, device: str) -> float:
+    _sync(device)
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t
+
+
+def measure(model: str, k: int, rounds: int, out: Path, device: str = "cpu", precision: str = "32") -> dict:
     modules, batches, pad, cfg = cells(model, k, out, device)
     clip = float(cfg.trainer.gradient_clip_val)
     alone = [copy.deepcopy(m) for m in modules]
     optimizers = [m.optimizer_factory(params=m.optimizer_parameters()) for m in alone]
     group = LockstepGroup(modules, total_steps=10_000, clip_norm=clip)
     stacked = stack_batches(batches, pad)
-    loop_step(alone, optimizers, batches, clip), group.step(stacked)  # warm-up
-    times = {"loop": [], "lockstep": []}
-    for _ in range(rounds):
-        _sync(device)
-        t = time.perf_counter()
-        loop_step(alone, optimizers, batches, clip)
-        _sync(device)
-        times["loop"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        group.step(stacked)
-        _sync(device)
-        times["lockstep"].append(time.perf_counter() - t)
-    loop, lock = statistics.median(times["loop"]), statistics.median(times["lockstep"])
+    autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=precision == "bf16")
+    with autocast:
+        eval_diff = float((loop_scores(alone, stacked).float() - group.scores(stacked).float()).abs().max())
+        loop_step(alone, optimizers, batches, clip), group.step(stacked)  # warm-up
+        times = {"loop": [], "lockstep": [], "eval_loop": [], "eval_lockstep": []}
+        for _ in range(rounds):
+            times["loop"].append(_timed(lambda: loop_step(alone, optimizers, batches, clip), device))
+            times["lockstep"].append(_timed(lambda: group.step(stacked), device))
+            times["eval_loop"].append(_timed(lambda: loop_scores(alone, stacked), device))
+            times["eval_lockstep"].append(_timed(lambda: group.scores(stacked), device))
+    med = {key: statistics.median(v) for key, v in times.items()}
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
-    return {"model": model, "cells": k, "device": device, "rounds": rounds, "real_tokens_per_step": tokens,
-            "padded_tokens_per_step": int(stacked["attention_mask"].numel()), "times_s": times,
-            "median_loop_s": loop, "median_lockstep_s": lock, "speedup": loop / lock}
+    return {"model": model, "cells": k, "device": device, "precision": precision, "rounds": rounds,
+            "real_tokens_per_step": tokens, "padded_tokens_per_step": int(stacked["attention_mask"].numel()),
+            "times_s": times, "median_loop_s": med["loop"], "median_lockstep_s": med["lockstep"],
+            "speedup": med["loop"] / med["lockstep"], "median_eval_loop_s": med["eval_loop"],
+            "median_eval_lockstep_s": med["eval_lockstep"], "eval_speedup": med["eval_loop"] / med["eval_lockstep"],
+            "eval_max_abs_diff": eval_diff}
 
 
 def main() -> None:
@@ -90,16 +112,23 @@ def main() -> None:
     ap.add_argument("--cells", default="8,16")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (make gpu-check)")
+    ap.add_argument("--precisions", default="32", help="32, bf16 or both (32,bf16)")
     ap.add_argument("--out", type=Path, help="write the raw times here (JSON)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     work = Path("/tmp/lockstep_bench")
-    rows = [measure(m, int(k), args.rounds, work, args.device) for m in args.models.split(",")
-            for k in args.cells.split(",")]
-    print("| encoder | cells | loop of the cells' steps | one lockstep step | speed-up |\n|---|---|---|---|---|")
+    rows = []
+    for m in args.models.split(","):
+        for k in args.cells.split(","):
+            for precision in args.precisions.split(","):
+                rows.append(measure(m, int(k), args.rounds, work, args.device, precision))
+                print(json.dumps({key: v for key, v in rows[-1].items() if key != "times_s"}), flush=True)
+    print("| encoder | cells | precision | loop of the cells' steps | one lockstep step | speed-up "
+          "| K forwards (eval) | one stacked forward | speed-up | max |Δ score| |\n|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['cells']} | {1e3 * r['median_loop_s']:.0f} ms | {1e3 * r['median_lockstep_s']:.0f} ms "
-              f"| {r['speedup']:.2f}× |")
+        print(f"| {r['model']} | {r['cells']} | {r['precision']} | {1e3 * r['median_loop_s']:.1f} ms "
+              f"| {1e3 * r['median_lockstep_s']:.1f} ms | {r['speedup']:.2f}× | {1e3 * r['median_eval_loop_s']:.1f} ms "
+              f"| {1e3 * r['median_eval_lockstep_s']:.1f} ms | {r['eval_speedup']:.2f}× | {r['eval_max_abs_diff']:.1e} |")
     if args.out:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
