@@ -2,15 +2,22 @@
 # The GPU check (make gpu-check runs it after installing; on a machine without a package index,
 # inside the offline bundle: bash .offline/run.sh bash benchmarks/gpu_check.sh OUT [PART ...]).
 # Parts (default: all, in this order): env, precision, bench, default, grid, lockstep, lockstep-grid.
+# GRID_SIZES and GRID_EXTRA (more overrides, e.g. "trainer.max_epochs=3 trainer.min_epochs=3")
+# shape the grid parts; each grid part ends with every cell's phases (results.json phase_s).
 # Each part writes its tables to stdout and its JSON or text into OUT; a failing part does not stop
 # the others, and each is bounded by its own time limit.
 set -u
 OUT=${1:?usage: gpu_check.sh OUT [PART ...]}; shift
 PY=${PY:-python3}; PARTS=${*:-env precision bench default grid lockstep lockstep-grid}
-SIZES=20,50,100,150,200,250,300,350,400,450,500,1000
+SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}; EXTRA=${GRID_EXTRA:-}
 mkdir -p "$OUT"
 $PY -c "import torch; assert torch.cuda.is_available(), 'the GPU check needs a GPU (a CUDA build of torch: docs/gpu_and_cluster.md)'" || exit 1
 part() { echo "== $1 ($(date -u +%T))"; }
+phases() {  # each cell's seconds by phase, from its results.json
+  $PY -c "import json, sys, pathlib
+for f in sorted(pathlib.Path(sys.argv[1]).glob('*/results.json'), key=lambda f: int(f.parent.name.split('_')[0])):
+    r = json.loads(f.read_text()); print(f.parent.name.split('_')[0], {k: round(v, 1) for k, v in r.get('phase_s', {}).items()})" "$1" | tee "$2"
+}
 for p in $PARTS; do
   case $p in
     env) part env
@@ -22,16 +29,18 @@ for p in $PARTS; do
     default) part default; timeout 120 $PY benchmarks/default_job.py --out "$OUT/default_cell.json" trainer=gpu logger=csv ;;
     grid) part grid
       timeout 300 $PY -m ner_lightning.run -m loss=auc2t size=$SIZES partition=0,1 hydra/launcher=parallel \
-        trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.sweep.dir=/tmp/gpu_check/grid_row_sample
-      $PY -m ner_lightning.sweep status /tmp/gpu_check/grid_row_sample --cells | tee "$OUT/grid_row_sample.txt" ;;
+        trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.sweep.dir=/tmp/gpu_check/grid_row_sample $EXTRA
+      $PY -m ner_lightning.sweep status /tmp/gpu_check/grid_row_sample --cells | tee "$OUT/grid_row_sample.txt"
+      phases /tmp/gpu_check/grid_row_sample "$OUT/grid_row_sample_phases.txt" ;;
     lockstep) part lockstep
       timeout 240 $PY benchmarks/lockstep_step.py --device cuda --models tiny,minilm --cells 8,32 --precisions 32,bf16 \
         --out "$OUT/lockstep_step.json" ;;
     lockstep-grid) part lockstep-grid
       [ -f conf/hydra/launcher/lockstep.yaml ] || { echo "no lockstep launcher in this commit"; continue; }
       timeout 300 $PY -m ner_lightning.run -m loss=auc2t size=$SIZES partition=0,1 hydra/launcher=lockstep \
-        trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.sweep.dir=/tmp/gpu_check/grid_row_lockstep
-      $PY -m ner_lightning.sweep status /tmp/gpu_check/grid_row_lockstep --cells | tee "$OUT/grid_row_lockstep.txt" ;;
+        trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.sweep.dir=/tmp/gpu_check/grid_row_lockstep $EXTRA
+      $PY -m ner_lightning.sweep status /tmp/gpu_check/grid_row_lockstep --cells | tee "$OUT/grid_row_lockstep.txt"
+      phases /tmp/gpu_check/grid_row_lockstep "$OUT/grid_row_lockstep_phases.txt" ;;
     *) echo "unknown part $p"; exit 2 ;;
   esac
 done

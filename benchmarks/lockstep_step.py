@@ -41,8 +41,7 @@ def cells(model: str, k: int, out: Path, device: str = "cpu"):
                                           "logger=csv", "size=50", "data.batch_size=8"], out))
     modules, datamodule = build_cells(cfg, [100 + i for i in range(k)])
     modules = [m.to(device) for m in modules]
-    batches = [{key: v.to(device) if torch.is_tensor(v) else v for key, v in b.items()}
-               for b in datamodule.train_dataloader()]
+    batches = [datamodule.transfer_batch_to_device(b, torch.device(device), 0) for b in datamodule.train_dataloader()]
     return modules, [batches[i % len(batches)] for i in range(k)], datamodule.tokenizer.pad_token_id, cfg
 
 

@@ -114,10 +114,23 @@ def test_the_parallel_launcher_defaults_to_cells_per_gpu_jobs_per_gpu(monkeypatc
     GlobalHydra.instance().clear()
 
 
-def test_cpu_slots_share_the_cores():
+def test_slots_share_the_cores():
     assert devices.device_for_slot(1, 0, n_jobs=2, cores=2) == {"accelerator": "cpu", "index": None, "slot": 1, "threads": 1}
     assert devices.device_for_slot(0, 0, n_jobs=4, cores=16)["threads"] == 4
     assert devices.device_for_slot(0, 0, n_jobs=8, cores=2)["threads"] == 1
+    # 8 cells on one GPU of a 16-core machine: 2 host threads each, not 16
+    assert devices.device_for_slot(9, 1, n_jobs=8, cores=16, cells_per_gpu=8) == {
+        "accelerator": "gpu", "index": 0, "slot": 9, "threads": 2}
+
+
+def test_a_worker_starts_with_its_thread_share(monkeypatch):
+    from ner_lightning.sweep import workers
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "7")  # the user's setting stays
+    with workers._thread_share(2):
+        assert (os.environ["OMP_NUM_THREADS"], os.environ["MKL_NUM_THREADS"]) == ("2", "7")
+    assert "OMP_NUM_THREADS" not in os.environ and os.environ["MKL_NUM_THREADS"] == "7"
 
 
 def test_parallel_launcher_pins_trainer_devices(tmp_path, monkeypatch, toy_cfg):

@@ -8,7 +8,8 @@ the OS when it dies — and every later job in that worker uses the same slot. W
 workers alive at most, the slots in use are distinct, so with G GPUs and ``n_jobs`` ≤ G no GPU
 runs more jobs than another. Slot k runs on GPU k mod G: with ``cells_per_gpu`` = c and
 ``n_jobs`` = G x c (the default), every GPU runs c cells at once, each in its own process and
-CUDA context; on CPU each job gets ``cores // n_jobs`` torch threads.
+CUDA context; each job gets ``cores // n_jobs`` torch threads (host work of 8 cells on a 16-core
+GPU machine at 16 threads each would contend for every core).
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def device_for_slot(slot: int, n_gpus: int, n_jobs: int, cores: int, cells_per_g
         if n_jobs > n_gpus * cells_per_gpu:
             log.warning("hydra.launcher.n_jobs=%d > %d GPUs x cells_per_gpu=%d: %d jobs share a GPU", n_jobs, n_gpus,
                         cells_per_gpu, -(-n_jobs // n_gpus))
-        return {"accelerator": "gpu", "index": slot % n_gpus, "slot": slot, "threads": None}
+        return {"accelerator": "gpu", "index": slot % n_gpus, "slot": slot, "threads": max(1, cores // n_jobs)}
     return {"accelerator": "cpu", "index": None, "slot": slot, "threads": max(1, cores // max(1, n_jobs))}
 
 
@@ -88,7 +89,7 @@ def default_parallel_jobs(cells_per_gpu: int = 1) -> int:
 
 def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
     """Pin this job to its worker's device when launched by the ``parallel`` launcher (its GPU
-    as ``trainer.devices``, or on a CPU its share of the cores as the torch thread count) and
+    as ``trainer.devices``, and its share of the cores as the torch thread count) and
     return what was used — recorded in ``results.json`` as ``device``. ``trainer.accelerator``
     stays as composed: it is part of the cell's identity, which the sweeper's manifest computed
     before launching (``auto`` picks the pinned GPU, or the CPU where there is none). Other
@@ -106,8 +107,7 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
     if device["accelerator"] == "gpu":
         with open_dict(cfg):
             cfg.trainer.devices = [device["index"]]
-    else:
-        torch.set_num_threads(device["threads"])
+    torch.set_num_threads(device["threads"])
     return {**describe(cfg), **{k: v for k, v in device.items() if v is not None}}
 
 

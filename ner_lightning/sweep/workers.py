@@ -10,17 +10,21 @@ start-up). A worker that dies (a segfault, an out-of-memory kill, ``os._exit``) 
 was running, with its exit code, and is replaced; the other cells go on, and a rerun of the sweep
 resumes the failed one as usual. Ctrl-C or SIGTERM reach the workers too: their cells write
 ``failure.json`` (interrupted) and the launch ends with the cells' exit code; a launcher killed
-outright takes its workers with it (Linux: they get SIGTERM when it dies).
+outright takes its workers with it (Linux: they get SIGTERM when it dies). Each worker starts
+with its share of the cores as its thread count (``OMP_NUM_THREADS`` and its kin, unless set):
+n workers that each start 1 thread per core would contend for every core (what loky does too).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
+import os
 import signal
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import cloudpickle
 from hydra.core.utils import JobReturn, JobStatus
@@ -28,6 +32,7 @@ from hydra.core.utils import JobReturn, JobStatus
 log = logging.getLogger("ner_lightning")
 
 STOP = None  # what a worker receives when the launch has no cell left for it
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 class WorkerDied(RuntimeError):
@@ -94,7 +99,8 @@ class WorkerPool:
         parent, child = self.context.Pipe()
         process = self.context.Process(target=serve, args=(child, self.shared), daemon=True,
                                        name=f"ner_lightning-worker-{self.started}")
-        process.start()
+        with _thread_share(max(1, (os.cpu_count() or 1) // self.n)):
+            process.start()
         child.close()
         self.started += 1
         return Worker(process, parent)
@@ -171,3 +177,16 @@ class WorkerPool:
             if w.process.is_alive():
                 w.process.terminate()
                 w.process.join(10)
+
+
+@contextlib.contextmanager
+def _thread_share(threads: int) -> Iterator[None]:
+    """The environment a spawned worker inherits: ``threads`` for each thread-count variable the
+    user has not set."""
+    added = [name for name in THREAD_VARIABLES if name not in os.environ]
+    os.environ.update({name: str(threads) for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
