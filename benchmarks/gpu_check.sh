@@ -33,7 +33,7 @@ for p in $PARTS; do
       $PY -m ner_lightning.sweep status /tmp/gpu_check/grid_row_sample --cells | tee "$OUT/grid_row_sample.txt"
       phases /tmp/gpu_check/grid_row_sample "$OUT/grid_row_sample_phases.txt" ;;
     lockstep) part lockstep
-      timeout 240 $PY benchmarks/lockstep_step.py --device cuda --models tiny,minilm --cells 8,32 --precisions 32,bf16 \
+      timeout 240 $PY benchmarks/lockstep_step.py --device cuda --models ${LOCKSTEP_MODELS:-tiny,minilm} --cells 8,32 --precisions 32,bf16 \
         --out "$OUT/lockstep_step.json" ;;
     lockstep-grid) part lockstep-grid
       [ -f conf/hydra/launcher/lockstep.yaml ] || { echo "no lockstep launcher in this commit"; continue; }
