@@ -303,6 +303,11 @@ def test_parallel_workers_start_once_and_run_every_cell_of_a_24_cell_sweep(toy_d
     for r in results:
         by_pid.setdefault(r["device"]["pid"], set()).add(r["device"]["slot"])
     assert len(by_pid) == 2 and sorted(s for slots in by_pid.values() for s in slots) == [0, 1]
+    # the two workers start side by side: their first cells' start-ups (imports included) are
+    # alike, not one after the other (then the second pays the first's imports too, ~2x)
+    firsts = sorted(r["phase_s"]["startup"] for r in results)[-2:]
+    assert firsts[1] < 1.5 * firsts[0], firsts
+    assert sorted(r["phase_s"]["startup"] for r in results)[-3] < 2.0  # every later cell: no process start-up
 
 
 def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):

@@ -1,8 +1,10 @@
 """The worker processes of ``hydra/launcher=parallel``: each starts once and runs cell after cell.
 
-A worker is spawned with what every cell of the launch shares (Hydra's context, the sweep's
-config, the task function: sent once, not per cell) and then receives only a cell's index and
-overrides. So imports, the device slot (``sweep/devices.py``), the measured precision and the
+A worker is spawned with the path of a file holding what every cell of the launch shares
+(Hydra's context, the sweep's config, the task function: written once, read once per worker) and
+then receives only a cell's index and overrides. (Handed to ``Process`` as an argument, the
+payload would go down the spawn pipe, whose write blocks until the child has imported the main
+module: workers would start one after another, ~18 s apart on a GPU machine.) So imports, the device slot (``sweep/devices.py``), the measured precision and the
 corpora it has read stay with the worker for its life: a later cell starts in well under a second.
 No worker is ended because its memory grew (loky, joblib's executor, ends a worker whose memory
 grew by 300 MB during a task, which a CUDA context always does, and the next cell pays a fresh
@@ -20,10 +22,13 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import signal
+import tempfile
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import cloudpickle
@@ -39,7 +44,7 @@ class WorkerDied(RuntimeError):
     """The worker process running a cell died before the cell returned."""
 
 
-def serve(conn: Connection, shared: bytes) -> None:
+def serve(conn: Connection, shared_file: str) -> None:
     """A worker's life: unpack what every cell shares, then run each ``(index, overrides)``
     received with ``hydra_joblib_launcher``'s ``execute_job`` (Hydra's job set-up, then the task)
     and send back its ``JobReturn``; a cell interrupted by a signal sends its exit code and ends
@@ -47,7 +52,7 @@ def serve(conn: Connection, shared: bytes) -> None:
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     _end_with_parent()
-    hydra_context, config, task_function, singleton_state = cloudpickle.loads(shared)
+    hydra_context, config, task_function, singleton_state = cloudpickle.loads(Path(shared_file).read_bytes())
     while (message := _receive_job(conn)) is not STOP:
         index, overrides = message
         try:
@@ -92,12 +97,13 @@ class WorkerPool:
     def __init__(self, n: int, shared: tuple) -> None:
         self.n = n
         self.shared = cloudpickle.dumps(shared)
+        self.shared_file: Path | None = None
         self.context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         self.started = 0
 
     def _start(self) -> Worker:
         parent, child = self.context.Pipe()
-        process = self.context.Process(target=serve, args=(child, self.shared), daemon=True,
+        process = self.context.Process(target=serve, args=(child, str(self.shared_file)), daemon=True,
                                        name=f"ner_lightning-worker-{self.started}")
         with _thread_share(max(1, (os.cpu_count() or 1) // self.n)):
             process.start()
@@ -109,9 +115,12 @@ class WorkerPool:
             on_return: Callable[[int, JobReturn], None] = lambda pos, ret: None) -> list[JobReturn]:
         """Each ``(index, overrides)`` run on a worker; the returns in the order of ``jobs``."""
         pending, returns = deque(range(len(jobs))), [None] * len(jobs)
-        workers = [self._start() for _ in range(min(self.n, len(jobs)))]
-        exit_code = None
+        folder = Path(tempfile.mkdtemp(prefix="ner_lightning_workers_"))
+        self.shared_file = folder / "shared.pkl"
+        self.shared_file.write_bytes(self.shared)
+        workers, exit_code = [], None
         try:
+            workers = [self._start() for _ in range(min(self.n, len(jobs)))]
             while pending or any(w.job is not None for w in workers):
                 for w in workers:
                     if w.job is None and pending and exit_code is None:
@@ -142,6 +151,7 @@ class WorkerPool:
             exit_code = 130
         finally:
             self._stop(workers)
+            shutil.rmtree(folder, ignore_errors=True)
         if exit_code is not None:
             raise SystemExit(exit_code)
         return returns
