@@ -61,11 +61,13 @@ class CellResult:
     labels: dict | None = None  # entity types of each head: main and, multi-corpus, each auxiliary corpus
     predictions: dict | None = None  # split -> CoNLL file of the selected model's predictions (callbacks.predictions)
     export: str | None = None  # the exported model's folder (export=true; ner_lightning.export)
+    lockstep: dict | None = None  # the lockstep group it trained in (hydra/launcher=lockstep; ner_lightning.lockstep_fit)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        if out["singleaux"] is None:
-            del out["singleaux"]
+        for optional in ("singleaux", "lockstep"):
+            if out[optional] is None:
+                del out[optional]
         return out
 
     def write(self, path: str | os.PathLike) -> Path:

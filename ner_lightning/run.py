@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning import console, protocols
+from ner_lightning.cell import Cell, Progress
 from ner_lightning.build import overrides
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import CONFIG_DIR, complete_config
@@ -44,7 +45,7 @@ def _device(cfg: DictConfig) -> dict:
     return devices.assign(cfg, hc.launcher, hc.sweep.dir)
 
 
-def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress: protocols.Progress) -> None:
+def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress: Progress) -> None:
     """``failure.json``: ``interrupted`` for Ctrl-C (Lightning turns it into SystemExit), SIGTERM
     (Lightning's SIGTERMException) and submitit's exit after a timeout / preemption requeue —
     the cell was stopped, not broken — else ``failed``."""
@@ -97,7 +98,7 @@ def main(cfg: DictConfig) -> float | None:
     _freeze_imports()
     console.quiet(cfg.runtime.quiet)
     out_dir = Path(cfg.paths.output_dir)
-    progress = protocols.Progress()  # where training is, for failure.json
+    progress = Progress()  # where training is, for failure.json
     t0 = time.time()
     try:
         with interrupts_raised(), cells.exclusive(out_dir, "cell"):  # FolderInUse: another process's, left alone
@@ -105,7 +106,7 @@ def main(cfg: DictConfig) -> float | None:
                 device = _device(cfg)
                 identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
                 prefix, resume = cells.begin(cfg, out_dir, overrides(), identity["sha256"], device)
-                return protocols.run_protocol(cfg, protocols.Cell(prefix, device, identity, progress), resume)
+                return protocols.run_protocol(cfg, Cell(prefix, device, identity, progress), resume)
             except BaseException as err:
                 _write_failure(out_dir, err, time.time() - t0, progress)  # while the folder is still ours
                 raise

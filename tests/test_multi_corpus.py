@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from ner_lightning.build import build_datamodule, build_module
+from ner_lightning.cell import Cell
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.multi_corpus import MultiCorpusDataModule, singleaux_dev_scores
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule, extract
@@ -374,7 +375,7 @@ def test_singleaux_cell_trains_one_run_per_auxiliary_and_keeps_the_best_on_dev(m
         return result
 
     monkeypatch.setattr(protocols, "train", train)
-    results = protocols.singleaux(cfg, protocols.Cell(identity={"sha256": "abc"})).to_json()
+    results = protocols.singleaux(cfg, Cell(identity={"sha256": "abc"})).to_json()
     out = Path(cfg.paths.output_dir)
     assert calls == ["bc2gm", "linnaeus"]
     assert results["singleaux"]["chosen"] == "linnaeus" and results["singleaux"]["dev_monitor"] == dev
@@ -382,9 +383,9 @@ def test_singleaux_cell_trains_one_run_per_auxiliary_and_keeps_the_best_on_dev(m
     assert results["test"] == chosen["test"] and set(results["test_aux"]) == {"linnaeus"}
     assert not (out / "aux_bc2gm" / "results.json").exists()  # candidates are not cells of the grid
     assert json.loads((out / "results.json").read_text())["config"]["aux"] == ["bc2gm", "linnaeus"]
-    protocols.singleaux(cfg, protocols.Cell(identity={"sha256": "abc"}))  # a rerun reuses finished candidates
+    protocols.singleaux(cfg, Cell(identity={"sha256": "abc"}))  # a rerun reuses finished candidates
     assert calls == ["bc2gm", "linnaeus"]
-    protocols.singleaux(cfg, protocols.Cell(identity={"sha256": "changed"}))  # another config retrains them
+    protocols.singleaux(cfg, Cell(identity={"sha256": "changed"}))  # another config retrains them
     assert calls == ["bc2gm", "linnaeus"] * 2
     assert singleaux_dev_scores([out], "toy", 8, 0, 42) == dev  # what the *_sort schemes read
 
