@@ -73,6 +73,7 @@ class CellRun:
     callbacks: list
     loggers: list
     lockstep: dict | None = None  # the group a lockstep cell trained in (``lockstep_fit``)
+    carried: dict | None = None  # seconds by phase spent for it before its end (its share of a group's fit)
 
 
 def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
@@ -98,6 +99,22 @@ def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
     return CellRun(datamodule, partition, module, trainer, callbacks, loggers)
 
 
+def fit_and_finish(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | None) -> CellResult:
+    """The cell's fit by its own Trainer (from ``resume``, a ``last.ckpt`` of this same config,
+    when given and readable), then :func:`finish_cell` with the selected checkpoint."""
+    if resume is not None and not loadable(resume):
+        log.warning("%s | %s cannot be read (killed while writing?): training from epoch 0", cell.prefix, resume)
+        resume = None
+    if resume is not None:
+        log.info("%s | resuming from %s", cell.prefix, resume)
+    cell.progress.follow(run.trainer)
+    with PROCESS.phase("train"):  # dev evaluations and checkpoint writes are charged to their own phases
+        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=str(resume) if resume else None)
+    checkpoint = run.trainer.checkpoint_callback
+    ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
+    return finish_cell(cfg, cell, run, resume, ckpt)
+
+
 def finish_cell(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | None, ckpt: str | None,
                 position: tuple[int, int] | None = None) -> CellResult:
     """Test with the selected weights (the checkpoint ``ckpt``, or those in the module), write
@@ -118,8 +135,12 @@ def finish_cell(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | None, 
             result.export = folder.name
             log.info("%s | exported: python -m ner_lightning.predict %s INPUT", cell.prefix, folder)
         spent = PROCESS.take()
-        result.phase_s = {**spent["phases"], "unaccounted": spent["unaccounted"]}
-        result.attempts, result.wall_time_s = cells.attempts(out_dir, round(spent["wall_s"], 2))
+        phases = {**spent["phases"], "unaccounted": spent["unaccounted"]}
+        for name, seconds in (run.carried or {}).items():
+            phases[name] = round(phases.get(name, 0.0) + seconds, 3)
+        wall = spent["wall_s"] + sum((run.carried or {}).values())
+        result.phase_s = phases
+        result.attempts, result.wall_time_s = cells.attempts(out_dir, round(wall, 2))
         result.write(out_dir / "results.json")
         summarise_wandb(run.loggers, result)
         log_prediction_tables(run.loggers, result, out_dir)

@@ -134,17 +134,26 @@ class LockstepGroup:
         return losses.detach()
 
     @torch.no_grad()
-    def scores(self, batches: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The K models' word scores ``(K, B, W, labels)`` of their batches, dropout off."""
+    def scores(self, batches: dict[str, torch.Tensor], cells: Sequence[int] | None = None) -> torch.Tensor:
+        """The models' word scores ``(K, B, W, labels)`` of their batches, dropout off: all K, or
+        those of ``cells`` (positions in the group; ``batches`` then holds one per listed cell)."""
+        params, buffers = self.params, self.buffers
+        if cells is not None and len(cells) != len(self.modules):
+            index = torch.tensor(list(cells), device=next(iter(params.values())).device)
+            params = {n: t.index_select(0, index) for n, t in params.items()}
+            buffers = {n: t.index_select(0, index) for n, t in buffers.items()}
         self.base.eval()
         try:
-            return self._scores(self.params, self.buffers, batches)
+            return self._scores(params, buffers, batches)
         finally:
             self.base.train()
+
+    def cell_state(self, k: int) -> dict[str, torch.Tensor]:
+        """Cell ``k``'s parameters and buffers as its module's ``state_dict`` names them (views)."""
+        return {n.removeprefix("family."): t[k] for n, t in {**self.params, **self.buffers}.items()}
 
     @torch.no_grad()
     def write_back(self) -> None:
         """Each cell's current parameters and buffers into its own module."""
         for k, module in enumerate(self.modules):
-            state = {n.removeprefix("family."): t[k] for n, t in {**self.params, **self.buffers}.items()}
-            module.load_state_dict(state, strict=False)
+            module.load_state_dict(self.cell_state(k), strict=False)

@@ -20,8 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.build import overrides
-from ner_lightning.cell import Cell, finish_cell, loadable, setup_cell
-from ner_lightning.clock import PROCESS
+from ner_lightning.cell import Cell, fit_and_finish, setup_cell
 from ner_lightning.results import CellResult, grid_keys, write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.wandb_logging import finish_wandb
@@ -55,18 +54,7 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell | None = None)
     a phase of ``phase_s`` (``ner_lightning/clock.py``). ``cell``: who the run is in its sweep
     (default: a run of its own)."""
     cell = cell or Cell()
-    run = setup_cell(cfg, cell)
-    if resume is not None and not loadable(resume):
-        log.warning("%s | %s cannot be read (killed while writing?): training from epoch 0", cell.prefix, resume)
-        resume = None
-    if resume is not None:
-        log.info("%s | resuming from %s", cell.prefix, resume)
-    cell.progress.follow(run.trainer)
-    with PROCESS.phase("train"):  # dev evaluations and checkpoint writes are charged to their own phases
-        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=str(resume) if resume else None)
-    checkpoint = run.trainer.checkpoint_callback
-    ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
-    return finish_cell(cfg, cell, run, resume, ckpt)
+    return fit_and_finish(cfg, cell, setup_cell(cfg, cell), resume)
 
 
 # --- tuning --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ when the sweep ends.
 """
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import logging
@@ -24,10 +25,11 @@ from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning import console, protocols
-from ner_lightning.cell import Cell, Progress
+from ner_lightning.cell import Cell, Progress, finish_cell, fit_and_finish, setup_cell
 from ner_lightning.build import overrides
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import CONFIG_DIR, complete_config
+from ner_lightning.lockstep_fit import Member
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
 from ner_lightning.sweep.identity import cell_identity
@@ -118,6 +120,58 @@ def main(cfg: DictConfig) -> float | None:
     finally:
         finish_wandb()
         PROCESS.open("startup")  # what this process does before its next cell, charged to that cell
+
+
+def open_member(cfg: DictConfig) -> Member:
+    """A cell of a lockstep group up to its fit (``hydra/launcher=lockstep``): held (its folder,
+    until :func:`close_member`), recorded (``cell.json``) and set up (``cell.setup_cell``), its
+    set-up's seconds carried to its ``results.json``."""
+    PROCESS.close_all()
+    _freeze_imports()
+    console.quiet(cfg.runtime.quiet)
+    out_dir, progress, t0 = Path(cfg.paths.output_dir), Progress(), time.time()
+    hold = contextlib.ExitStack()
+    hold.enter_context(cells.exclusive(out_dir, "cell"))
+    try:
+        device = _device(cfg)
+        identity = cell_identity(complete_config(cfg))
+        prefix, resume = cells.begin(cfg, out_dir, overrides(), identity["sha256"], device)
+        cell = Cell(prefix, device, identity, progress)
+        run = setup_cell(cfg, cell)
+        spent = PROCESS.take()
+        run.carried = {**spent["phases"], "unaccounted": spent["unaccounted"]}
+        return Member(cfg, cell, run, resume=resume, hold=hold, started=t0)
+    except BaseException as err:
+        _write_failure(out_dir, err, time.time() - t0, progress)
+        hold.close()
+        raise
+
+
+def close_member(member: Member) -> float | None:
+    """The end of a lockstep group's cell: its test and ``results.json`` after the group's fit
+    (``cell.finish_cell``), or a fit of its own when it did not train in the group (resuming its
+    ``last.ckpt``, or refused by its family); ``failure.json`` when the group's fit stopped it."""
+    cfg, out_dir = member.cfg, Path(member.cfg.paths.output_dir)
+    try:
+        with interrupts_raised():
+            try:
+                if member.error is not None:
+                    raise member.error
+                if member.run.lockstep is None:
+                    return fit_and_finish(cfg, member.cell, member.run, member.resume).dev_monitor
+                return finish_cell(cfg, member.cell, member.run, None, None, member.position).dev_monitor
+            except BaseException as err:
+                _write_failure(out_dir, err, time.time() - member.started, member.cell.progress)
+                raise
+    except BaseException as err:
+        code = exit_code(err)
+        if code is not None:
+            raise SystemExit(code) from None
+        raise
+    finally:
+        member.hold.close()
+        finish_wandb()
+        PROCESS.open("startup")
 
 
 def cli() -> None:

@@ -91,3 +91,41 @@ def test_stacked_batches_pad_rows_words_and_sub_words_without_empty_attention():
     assert stacked["attention_mask"].tolist() == [[[1, 1, 1], [1, 0, 0]], [[1, 0, 0], [1, 0, 0]]]
     assert stacked["word_mask"].tolist() == [[[True, True], [False, False]], [[True, False], [True, False]]]
     assert stacked["labels"][0, 1].tolist() == [-100, -100, -100]
+
+
+NO_DROPOUT = ["loss.dropout=0.0", "+model.random_init.hidden_dropout_prob=0.0",
+              "+model.random_init.attention_probs_dropout_prob=0.0"]
+
+
+def _sweep(launcher: str, tmp_path, toy_data_dir, *extra: str) -> dict:
+    import json
+
+    from tests.test_sweep import TOY, run_cli
+
+    out = tmp_path / launcher
+    args = ["-m", "partition=0,1,2", *TOY, "trainer.max_epochs=3", "trainer.min_epochs=3", *NO_DROPOUT,
+            f"hydra/launcher={launcher}", f"hydra.sweep.dir={out}", "hydra.sweep.subdir=${hydra.job.num}", *extra]
+    proc = run_cli(args, tmp_path, toy_data_dir)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return {json.loads(p.read_text())["partition"]["partition"]: json.loads(p.read_text())
+            for p in out.glob("*/results.json")}
+
+
+def test_a_lockstep_group_trains_each_cell_as_alone_without_dropout(toy_data_dir, tmp_path):
+    """Three partitions under hydra/launcher=lockstep (one group) and under the local launcher
+    (one after another), dropout off, early stopping at patience 1 from the first epoch: every
+    cell's dev evaluations, selected epoch, test scores, epochs and steps are those of the cell
+    alone; results.json names the group."""
+    extra = ("trainer.max_epochs=12", "trainer.min_epochs=1", "callbacks.early_stopping.patience=1",
+             "optimizer.lr=1e-3")
+    alone = _sweep("local", tmp_path, toy_data_dir, *extra)
+    grouped = _sweep("lockstep", tmp_path, toy_data_dir, *extra)
+    print({p: (r["epochs"], r["best_epoch"], r["test"]["micro"]["f1"]) for p, r in alone.items()})
+    assert sorted(grouped) == sorted(alone) == [0, 1, 2]
+    for p, a in alone.items():
+        g = grouped[p]
+        assert g["lockstep"]["cells"] == 3 and len(g["lockstep"]["group"]) == 3 and "lockstep" not in a
+        assert (g["epochs"], g["global_steps"], g["best_epoch"]) == (a["epochs"], a["global_steps"], a["best_epoch"])
+        assert g["dev"]["micro"] == pytest.approx(a["dev"]["micro"], abs=1e-9)
+        assert g["test"]["micro"] == pytest.approx(a["test"]["micro"], abs=1e-9)
+        assert g["config_sha256"] == a["config_sha256"]

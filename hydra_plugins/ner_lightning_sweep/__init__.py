@@ -1,7 +1,7 @@
 """Hydra loads sweepers and launchers only from classes defined in the ``hydra_plugins``
 namespace: these name ours, which live in ``ner_lightning/sweep/`` (conf/hydra/sweeper/grid.yaml,
-conf/hydra/launcher/local.yaml, parallel.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
-from ner_lightning.sweep import launchers, optuna, sweeper
+conf/hydra/launcher/local.yaml, parallel.yaml, lockstep.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
+from ner_lightning.sweep import launchers, lockstep_launcher, optuna, sweeper
 
 
 class GridSweeper(sweeper.GridSweeper):
@@ -14,6 +14,10 @@ class LocalLauncher(launchers.LocalLauncher):
 
 class ParallelLauncher(launchers.ParallelLauncher):
     """See :class:`ner_lightning.sweep.launchers.ParallelLauncher`."""
+
+
+class LockstepLauncher(lockstep_launcher.LockstepLauncher):
+    """See :class:`ner_lightning.sweep.lockstep_launcher.LockstepLauncher`."""
 
 
 class OptunaSweeper(optuna.OptunaSweeper):

@@ -28,7 +28,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def _log_progress(returns: list[JobReturn], total: int, elapsed: float) -> None:
+def log_progress(returns: list[JobReturn], total: int, elapsed: float) -> None:
     """``sweep: 2/4 cells done (0 failed) in 1 min, about 1 min left`` after each cell of a launch."""
     if total < 2:
         return
@@ -63,7 +63,7 @@ class LocalLauncher(Launcher):
                           type(err).__name__, err)
                 returns.append(JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-            _log_progress(returns, len(job_overrides), time.monotonic() - started)
+            log_progress(returns, len(job_overrides), time.monotonic() - started)
         return returns
 
     def _run(self, idx: int, overrides: list[str]) -> JobReturn:
@@ -102,5 +102,5 @@ class ParallelLauncher(LocalLauncher):
 
         def progress(_pos: int, ret: JobReturn) -> None:
             done.append(ret)
-            _log_progress(done, len(jobs), time.monotonic() - started)
+            log_progress(done, len(jobs), time.monotonic() - started)
         return pool.run(jobs, progress)

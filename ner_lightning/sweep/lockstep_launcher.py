@@ -1,0 +1,167 @@
+"""``hydra/launcher=lockstep``: the cells of a sweep that differ only in ``partition`` and
+``init_seed`` train as lockstep groups of up to ``cells_per_group`` (``ner_lightning.lockstep_fit``),
+one group after another in this process; every other cell runs alone, as under the local
+launcher, and the console says why.
+
+Each cell keeps its own Hydra job — folder, ``.hydra/``, ``cell.json``, ``partition.json``,
+``results.json`` or ``failure.json`` — set up before the group's fit (``run.open_member``) and
+ended after it (``run.close_member``). A cell that cannot be set up, or diverges, fails alone; a
+group whose fit raises fails its own cells only. An interrupted group's cells record the
+interruption, and a rerun trains the group again from its first epoch (a cell with a
+``last.ckpt`` of its own resumes alone).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ner_lightning.sweep.launchers import LocalLauncher, log_progress
+from ner_lightning.sweep.signals import exit_code
+
+log = logging.getLogger("ner_lightning")
+
+GROUPED_KEYS = ("partition", "init_seed")  # what may differ between the cells of a group
+
+
+@dataclass
+class Job:
+    index: int
+    overrides: list[str]
+    config: DictConfig  # its composed sweep config
+
+
+def group_key(config: DictConfig) -> str:
+    """The cell's config without what a group's cells may differ in (and without Hydra's node)."""
+    task = OmegaConf.to_container(config, resolve=False)
+    for key in ("hydra", *GROUPED_KEYS):
+        task.pop(key, None)
+    return json.dumps(task, sort_keys=True, default=str)
+
+
+def plan_groups(jobs: Sequence[Job], cells_per_group: int, refusal: Callable[[DictConfig], str | None]) -> list[tuple[list[Job], str | None]]:
+    """The jobs as groups (cells alike but for ``GROUPED_KEYS``, in sweep order, at most
+    ``cells_per_group`` each) and single cells, each with why it runs alone (None: a group)."""
+    by_key: dict[str, list[Job]] = {}
+    planned: list[tuple[list[Job], str | None]] = []
+    for job in jobs:
+        why = refusal(job.config)
+        if why is not None:
+            planned.append(([job], why))
+            continue
+        by_key.setdefault(group_key(job.config), []).append(job)
+    for alike in by_key.values():
+        for start in range(0, len(alike), cells_per_group):
+            chunk = alike[start:start + cells_per_group]
+            planned.append((chunk, None if len(chunk) > 1 else "no other cell of the sweep differs from it only in "
+                            "partition or init_seed"))
+    return planned
+
+
+class LockstepLauncher(LocalLauncher):
+    """Lockstep groups of up to ``cells_per_group`` cells (module docstring)."""
+
+    def __init__(self, cells_per_group: int = 8) -> None:
+        if not isinstance(cells_per_group, int) or isinstance(cells_per_group, bool) or cells_per_group < 1:
+            raise ValueError(f"hydra.launcher.cells_per_group={cells_per_group!r}: give an int >= 1 (cells trained together)")
+        super().__init__()
+        self.cells_per_group = cells_per_group
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from ner_lightning.lockstep_fit import config_refusal
+
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        jobs = [Job(initial_job_idx + k, list(o), self._compose(initial_job_idx + k, list(o)))
+                for k, o in enumerate(job_overrides)]
+        plan = plan_groups(jobs, self.cells_per_group, config_refusal)
+        log.info("%d cells: %d in %d lockstep groups, %d alone", len(jobs), sum(len(g) for g, why in plan if why is None),
+                 sum(why is None for _, why in plan), sum(len(g) for g, why in plan if why is not None))
+        returns: dict[int, JobReturn] = {}
+        started = time.monotonic()
+        for group, why in plan:
+            if why is None:
+                returns.update(self._run_group(group))
+            else:
+                log.info("\t#%d : %s | alone: %s", group[0].index, " ".join(filter_overrides(group[0].overrides)), why)
+                returns[group[0].index] = self._isolated(group[0])
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            log_progress(list(returns.values()), len(jobs), time.monotonic() - started)
+        return [returns[job.index] for job in jobs]
+
+    def _compose(self, idx: int, overrides: list[str]) -> DictConfig:
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config):
+            config.hydra.job.id = idx
+            config.hydra.job.num = idx
+        return config
+
+    def _job(self, job: Job, task: Callable[[DictConfig], object]) -> JobReturn:
+        """``task`` run as the cell's Hydra job (its folder, ``.hydra/``, log file, HydraConfig)."""
+        return run_job(hydra_context=self.hydra_context, task_function=task, config=job.config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+
+    def _isolated(self, job: Job) -> JobReturn:
+        try:
+            return self._run(job.index, job.overrides)
+        except Exception as err:  # noqa: BLE001 — Hydra could not set the cell up: it fails alone
+            return JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=err)
+
+    def _run_group(self, group: list[Job]) -> dict[int, JobReturn]:
+        from ner_lightning.run import close_member, open_member
+
+        returns, members = {}, []
+        for job in group:
+            log.info("\t#%d : %s", job.index, " ".join(filter_overrides(job.overrides)))
+            ret = self._job(job, open_member)
+            if ret.status == JobStatus.COMPLETED:
+                members.append((job, ret.return_value))
+            else:
+                returns[job.index] = ret
+                if exit_code(ret._return_value) is not None:
+                    raise SystemExit(exit_code(ret._return_value))
+        ready = [m for _, m in members if m.resume is None]
+        refused = ready[0].run.module.lockstep_refusal() if ready else None
+        if refused:
+            log.info("these %d cells run alone: %s", len(ready), refused)
+        elif len(ready) > 1:
+            self._fit(ready, [job for job, m in members if m.resume is None])
+        stop = None
+        for job, member in members:
+            try:
+                returns[job.index] = self._job(job, lambda cfg, member=member: close_member(member))
+            except SystemExit as interrupted:  # every cell of the group records it before the sweep stops
+                stop = interrupted.code
+                returns[job.index] = JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=interrupted)
+        if stop is not None:
+            raise SystemExit(stop)
+        return returns
+
+    @staticmethod
+    def _fit(members: list, jobs: list[Job]) -> None:
+        """The group's fit; its seconds shared out to its cells; an error stops every cell of it."""
+        from ner_lightning.clock import PROCESS
+        from ner_lightning.lockstep_fit import fit_group
+        from ner_lightning.sweep.signals import interrupts_raised
+
+        names = [" ".join(filter_overrides(job.overrides)) for job in jobs]
+        for k, member in enumerate(members):
+            member.run.lockstep = {"cells": len(members), "position": k, "group": names}
+        try:
+            with interrupts_raised():
+                fit_group(members)
+        except BaseException as err:  # noqa: BLE001 — the group's cells record it; other groups go on
+            log.error("the lockstep group (%s) stopped: %s: %s", "; ".join(names), type(err).__name__, err)
+            for member in members:
+                member.error = member.error or err
+        spent = PROCESS.take()
+        for member in members:
+            for name, seconds in {**spent["phases"], "unaccounted": spent["unaccounted"]}.items():
+                member.run.carried[name] = member.run.carried.get(name, 0.0) + seconds / len(members)
