@@ -129,3 +129,56 @@ def test_a_lockstep_group_trains_each_cell_as_alone_without_dropout(toy_data_dir
         assert g["dev"]["micro"] == pytest.approx(a["dev"]["micro"], abs=1e-9)
         assert g["test"]["micro"] == pytest.approx(a["test"]["micro"], abs=1e-9)
         assert g["config_sha256"] == a["config_sha256"]
+
+
+def test_groups_are_cells_alike_but_for_partition_and_init_seed():
+    from omegaconf import OmegaConf
+
+    from ner_lightning.sweep.lockstep_launcher import Job, plan_groups
+
+    def job(i, **keys):
+        base = {"size": 20, "partition": 0, "init_seed": 42, "loss": {"name": "ce"}, "hydra": {"job": {"num": i}}}
+        return Job(i, [], OmegaConf.create({**base, **keys}))
+
+    jobs = [job(0), job(1, partition=1), job(2, partition=2, init_seed=7), job(3, size=50),
+            job(4, partition=3), job(5, loss={"name": "crf"}), job(6, partition=4)]
+    refuse_crf = lambda cfg: "crf refused" if cfg.loss.name == "crf" else None  # noqa: E731
+    plan = plan_groups(jobs, 3, refuse_crf)
+    assert [([j.index for j in group], why) for group, why in plan] == [
+        ([5], "crf refused"),
+        ([0, 1, 2], None), ([4, 6], None),  # at most 3 a group, in sweep order
+        ([3], "no other cell of the sweep differs from it only in partition or init_seed")]
+
+
+def test_the_lockstep_launcher_groups_what_it_can_and_runs_the_rest_alone(toy_data_dir, tmp_path):
+    """CE cells train as a group; CRF cells (no fixed-shape loss) and a cell whose folder cannot be
+    made run alone, with the reason on the console; every other cell writes its results."""
+    import json
+
+    from tests.test_sweep import TOY, run_cli
+
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    (sweep / "1").write_text("not a folder")  # cell 1 (ce, partition 1) cannot be set up
+    args = ["-m", "loss=ce,crf", "partition=0,1,2", *TOY, "hydra/launcher=lockstep", f"hydra.sweep.dir={sweep}",
+            "hydra.sweep.subdir=${hydra.job.num}"]
+    proc = run_cli(args, tmp_path, toy_data_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "could not start" in out
+    assert "6 cells: 6 in 2 lockstep groups, 0 alone" in out
+    assert "these 3 cells run alone: CRFModule has no fixed-shape loss" in out
+    results = {int(p.parent.name): json.loads(p.read_text()) for p in sweep.glob("*/results.json")}
+    assert sorted(results) == [0, 2, 3, 4, 5]
+    assert [results[k].get("lockstep", {}).get("cells") for k in (0, 2, 3, 4, 5)] == [2, 2, None, None, None]
+
+
+def test_on_a_cpu_a_large_encoder_runs_alone(toy_data_dir, tmp_path):
+    from tests.test_sweep import TOY, run_cli
+
+    args = ["-m", "partition=0,1", *TOY, "hydra/launcher=lockstep", "hydra.launcher.cpu_max_hidden=16",
+            f"hydra.sweep.dir={tmp_path / 's'}", "hydra.sweep.subdir=${hydra.job.num}"]
+    proc = run_cli(args, tmp_path, toy_data_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "these 2 cells run alone: on a CPU an encoder of hidden size 32 trains slower stacked" in out
+    assert len(list((tmp_path / "s").glob("*/results.json"))) == 2

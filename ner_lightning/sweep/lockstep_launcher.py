@@ -67,11 +67,23 @@ def plan_groups(jobs: Sequence[Job], cells_per_group: int, refusal: Callable[[Di
 class LockstepLauncher(LocalLauncher):
     """Lockstep groups of up to ``cells_per_group`` cells (module docstring)."""
 
-    def __init__(self, cells_per_group: int = 8) -> None:
-        if not isinstance(cells_per_group, int) or isinstance(cells_per_group, bool) or cells_per_group < 1:
-            raise ValueError(f"hydra.launcher.cells_per_group={cells_per_group!r}: give an int >= 1 (cells trained together)")
+    def __init__(self, cells_per_group: int = 8, cpu_max_hidden: int = 64) -> None:
+        for key, value in (("cells_per_group", cells_per_group), ("cpu_max_hidden", cpu_max_hidden)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"hydra.launcher.{key}={value!r}: give an int >= 1")
         super().__init__()
-        self.cells_per_group = cells_per_group
+        self.cells_per_group, self.cpu_max_hidden = cells_per_group, cpu_max_hidden
+
+    def refusal(self, member) -> str | None:
+        """Why a group of cells like ``member`` (set up) trains alone: its family's reason, or a
+        CPU where its encoder is too large for stacking to pay (``cpu_max_hidden``)."""
+        module = member.run.module
+        why = module.lockstep_refusal()
+        hidden = module.encoder.hidden_size
+        if why is None and member.run.trainer.strategy.root_device.type == "cpu" and hidden > self.cpu_max_hidden:
+            why = (f"on a CPU an encoder of hidden size {hidden} trains slower stacked than alone (compute-bound; "
+                   f"docs/benchmarks.md): raise hydra.launcher.cpu_max_hidden above it to group anyway")
+        return why
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from ner_lightning.lockstep_fit import config_refusal
@@ -120,7 +132,12 @@ class LockstepLauncher(LocalLauncher):
         returns, members = {}, []
         for job in group:
             log.info("\t#%d : %s", job.index, " ".join(filter_overrides(job.overrides)))
-            ret = self._job(job, open_member)
+            try:
+                ret = self._job(job, open_member)
+            except Exception as err:  # noqa: BLE001 — Hydra could not set the cell up: it fails alone
+                log.error("cell %s could not start (its folder, log file or config could not be set up): %s: %s",
+                          " ".join(job.overrides), type(err).__name__, err)
+                ret = JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=err)
             if ret.status == JobStatus.COMPLETED:
                 members.append((job, ret.return_value))
             else:
@@ -128,7 +145,7 @@ class LockstepLauncher(LocalLauncher):
                 if exit_code(ret._return_value) is not None:
                     raise SystemExit(exit_code(ret._return_value))
         ready = [m for _, m in members if m.resume is None]
-        refused = ready[0].run.module.lockstep_refusal() if ready else None
+        refused = self.refusal(ready[0]) if ready else None
         if refused:
             log.info("these %d cells run alone: %s", len(ready), refused)
         elif len(ready) > 1:
