@@ -35,12 +35,16 @@ for p in $PARTS; do
     lockstep) part lockstep
       timeout 240 $PY benchmarks/lockstep_step.py --device cuda --models ${LOCKSTEP_MODELS:-tiny,minilm} --cells 8,32 --precisions 32,bf16 \
         --out "$OUT/lockstep_step.json" ;;
-    lockstep-grid) part lockstep-grid
+    lockstep-grid) part lockstep-grid  # CE (a family that stacks): each size's 8 partitions, parallel then lockstep
       [ -f conf/hydra/launcher/lockstep.yaml ] || { echo "no lockstep launcher in this commit"; continue; }
-      timeout 300 $PY -m ner_lightning.run -m loss=auc2t size=$SIZES partition=0,1 hydra/launcher=lockstep \
-        trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.sweep.dir=/tmp/gpu_check/grid_row_lockstep $EXTRA
-      $PY -m ner_lightning.sweep status /tmp/gpu_check/grid_row_lockstep --cells | tee "$OUT/grid_row_lockstep.txt"
-      phases /tmp/gpu_check/grid_row_lockstep "$OUT/grid_row_lockstep_phases.txt" ;;
+      for launcher in parallel lockstep; do
+        TIMEFORMAT="$launcher: wall %R s"
+        time (timeout 300 $PY -m ner_lightning.run -m loss=ce size=$SIZES partition=0,1,2,3,4,5,6,7 \
+          hydra/launcher=$launcher trainer=gpu logger=csv trainer.enable_progress_bar=false \
+          hydra.sweep.dir=/tmp/gpu_check/ce_$launcher $EXTRA 2>&1 | grep -v INFO)
+        $PY -m ner_lightning.sweep status /tmp/gpu_check/ce_$launcher | tee "$OUT/ce_$launcher.txt"
+        phases /tmp/gpu_check/ce_$launcher "$OUT/ce_${launcher}_phases.txt"
+      done ;;
     *) echo "unknown part $p"; exit 2 ;;
   esac
 done

@@ -6,9 +6,10 @@ and one ``vmap`` of ``grad_and_value`` over the family's fixed-shape loss
 (``contracts.Stackable.padded_loss``) gives every cell's gradient of its own batch at once, with dropout
 drawn independently per cell (``randomness="different"``). The update is each cell's own:
 gradient-norm clipping per cell (``clip_grad_norm_``'s rule on that cell's gradient), and the
-family's optimiser over the stacked tensors — AdamW and SGD act element-wise, so one optimiser
-over the stack is K optimisers, each with its own state — with the family's two parameter groups
-(encoder, heads at ``head_lr``) and linear warm-up and decay. Without dropout one lockstep step is
+family's optimiser over the stacked tensors — AdamW, SGD and libauc's PESG act element-wise, so
+one optimiser over the stack is K optimisers, each with its own state — with the family's
+parameter groups (encoder, heads at ``head_lr``, the AUC losses' a, b) and linear warm-up and
+decay; then what the family moves itself (``lockstep_after_step``: the AUC losses' α ascent). Without dropout one lockstep step is
 the K cells' steps alone, up to float rounding (``tests/test_lockstep.py``). What it buys: one
 launch of each operation serves K cells, so cells too small to fill a GPU (or a CPU core's vector
 units, with the tiny encoder) share its arithmetic; MiniLM on a CPU is compute-bound and gains
@@ -106,6 +107,8 @@ class LockstepGroup:
         first = modules[0]
         names = {id(p): f"family.{n}" for n, p in first.named_parameters()}
         groups = [{**g, "params": [self.params[names[id(p)]] for p in g["params"]]} for g in first.optimizer_parameters()]
+        self.stepped = [names[id(p)] for g in first.optimizer_parameters() for p in g["params"]]  # clipped together
+        self.family = cast(Stackable, first)
         self.optimizer = first.optimizer_factory(params=groups)
         self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(first.warmup_ratio * total_steps),
                                                          total_steps)
@@ -123,13 +126,16 @@ class LockstepGroup:
         grads, losses = self._grads(self.params, self.buffers, batches)
         factor = None
         if self.clip_norm:
-            norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()]).sum(0).sqrt()
+            norms = torch.stack([grads[n].flatten(1).pow(2).sum(1) for n in self.stepped]).sum(0).sqrt()
             factor = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0)
         for name, p in self.params.items():
             g = grads[name]
             p.grad = g if factor is None else g * factor.view(-1, *[1] * (g.dim() - 1))
         self.optimizer.step()
+        self.family.lockstep_after_step(self.params)
         self.optimizer.zero_grad(set_to_none=True)
+        for p in self.params.values():
+            p.grad = None  # those outside the optimiser (the AUC losses' α) too
         self.scheduler.step()
         return losses.detach()
 

@@ -150,7 +150,7 @@ def _evaluate(group: LockstepGroup, members: list[Member], device, pad: int, epo
     collected: dict[int, list] = {k: [] for k in active}
     for batches in zip(*(members[k].run.datamodule.val_dataloader() for k in active)):
         moved = [members[k].run.datamodule.transfer_batch_to_device(b, device, 0) for k, b in zip(active, batches)]
-        ids = group.scores(stack_batches(moved, pad), cells=active).argmax(-1)
+        ids = group.family.decode_scores(group.scores(stack_batches(moved, pad), cells=active))
         for row, (k, batch) in enumerate(zip(active, moved)):
             rows, words = batch["word_mask"].shape
             collected[k].append((ids[row, :rows, :words], layout_of(batch)))

@@ -182,3 +182,56 @@ def test_on_a_cpu_a_large_encoder_runs_alone(toy_data_dir, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "these 2 cells run alone: on a CPU an encoder of hidden size 32 trains slower stacked" in out
     assert len(list((tmp_path / "s").glob("*/results.json"))) == 2
+
+
+@pytest.mark.parametrize("loss", ["auc2t", "ce2t"])
+def test_a_two_task_lockstep_group_trains_each_cell_as_alone_without_dropout(toy_data_dir, tmp_path, loss):
+    """AUC-2T and CE-2T under hydra/launcher=lockstep: each cell's dev selection, test scores and
+    stopping epoch are its own run's, dropout off (on the toy corpus AUC-2T's F1 stays 0: its
+    steps are compared in test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone)."""
+    extra = (f"loss={loss}", "data.label_scheme=untyped", "trainer.max_epochs=8", "trainer.min_epochs=1", "optimizer.lr=1e-2", "loss.threshold=0.2",
+             "callbacks.early_stopping.patience=2")
+    alone = _sweep("local", tmp_path, toy_data_dir, *extra)
+    grouped = _sweep("lockstep", tmp_path, toy_data_dir, *extra)
+    print({p: (r["epochs"], r["best_epoch"], r["test"]["micro"]["f1"]) for p, r in alone.items()})
+    for p, a in alone.items():
+        g = grouped[p]
+        assert g["lockstep"]["cells"] == 3
+        assert (g["epochs"], g["best_epoch"]) == (a["epochs"], a["best_epoch"])
+        assert g["dev"]["micro"] == pytest.approx(a["dev"]["micro"], abs=1e-9)
+        assert g["test"]["micro"] == pytest.approx(a["test"]["micro"], abs=1e-9)
+
+
+def test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone(toy_cfg):
+    """AUC-2T under libauc's PESG: three stacked steps (masked AUC-M losses, clipping over the
+    optimiser's parameters, PESG's element-wise update, then each cell's α ascent) leave every
+    parameter, a, b and α where the cell's own three steps leave them (fp32, within 1e-5)."""
+    import copy
+
+    modules, batches, pad = _cells(toy_cfg, 3, "loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped",
+                                   "loss.warmup_ratio=0.0", "optimizer.lr=0.05")
+    alone = [copy.deepcopy(m) for m in modules]
+    group = LockstepGroup(modules, total_steps=10, clip_norm=1.0)
+    stacked = stack_batches(batches, pad)
+    losses = torch.stack([group.step(stacked) for _ in range(3)], 1)
+    group.write_back()
+    for k, (module, batch) in enumerate(zip(alone, batches)):
+        from transformers import get_linear_schedule_with_warmup
+
+        optimizer = module.optimizer_factory(params=module.optimizer_parameters())
+        scheduler = get_linear_schedule_with_warmup(optimizer, 0, 10)
+        stepped = [p for g in module.optimizer_parameters() for p in g["params"]]
+        own = []
+        for _ in range(3):
+            loss = module.training_loss(batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(stepped, 1.0)
+            optimizer.step()
+            module.after_optimizer_step()  # α ascent
+            optimizer.zero_grad()
+            scheduler.step()
+            own.append(loss.item())
+        assert losses[k].tolist() == pytest.approx(own, abs=1e-5)
+        expected, got = module.state_dict(), modules[k].state_dict()
+        assert max((expected[n] - got[n]).abs().max().item() for n in expected) < 1e-5
+        assert float(expected["auc.0.alpha"]) > 0  # α moved

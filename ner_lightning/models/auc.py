@@ -36,6 +36,24 @@ def aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor) -> torch.
             - p * (1 - p) * loss.alpha ** 2)
 
 
+def masked_aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """:func:`aucm` over the entries where ``keep`` is true, from fixed-shape operations (every
+    mean over the kept entries is a masked sum over all of them divided by their number), for
+    ``vmap`` (``ner_lightning.lockstep``)."""
+    keep = keep.reshape(-1).float()
+    y_pred, y_true = scores.reshape(-1), targets.reshape(-1)
+    n = keep.sum().clamp(min=1.0)
+    pos, neg = (y_true == 1).float() * keep, (y_true == 0).float() * keep
+    p = pos.sum() / n
+
+    def mean(x: torch.Tensor) -> torch.Tensor:
+        return x.sum() / n
+
+    return ((1 - p) * mean((y_pred - loss.a) ** 2 * pos) + p * mean((y_pred - loss.b) ** 2 * neg)
+            + 2 * loss.alpha * (p * (1 - p) * loss.margin + mean(p * y_pred * neg - (1 - p) * y_pred * pos))
+            - p * (1 - p) * loss.alpha ** 2).reshape(())
+
+
 class AUCMinMax:
     """Mixin for an ``NERModule`` with ``self.auc`` (ModuleList of AUCMLoss, or None)."""
 
@@ -66,6 +84,14 @@ class AUCMinMax:
 
     def after_optimizer_step(self) -> None:
         self.ascend_alphas()
+
+    def lockstep_after_step(self, params: dict[str, torch.Tensor]) -> None:
+        """:meth:`ascend_alphas` on a lockstep group's stacked a, b, α (every loss is used at every
+        step of the families that stack)."""
+        with torch.no_grad():
+            for i, loss in enumerate(self.auc or []):
+                a, b, alpha = (params[f"family.auc.{i}.{n}"] for n in ("a", "b", "alpha"))
+                alpha.add_(self.lr_alpha * (2 * (loss.margin + b - a) - 2 * alpha)).clamp_(0.0, 999.0)
 
     def extra_state(self) -> dict:
         """libauc keeps a, b, α as plain tensors, outside ``state_dict``: saved for resume."""

@@ -139,6 +139,17 @@ class NERModule(pl.LightningModule):
         mask = batch["word_mask"]
         return RealWords.of(layout_of(batch).words, mask.size(1), mask.device)
 
+    def padded_word_states(self, batch: dict) -> torch.Tensor:
+        """Word states ``(B, W, H)`` of a padded fp32 batch, from fixed-shape operations only (for
+        ``vmap``, ``ner_lightning.lockstep``): the encoder with an additive key-padding mask
+        ``(B, 1, T, T)`` (the form Hugging Face adds to the attention scores as it is, in every
+        attention implementation, without asking the device whether it is all ones)."""
+        ids, keep = batch["input_ids"], batch["attention_mask"].bool()
+        square = keep[:, None, None, :].expand(ids.size(0), 1, ids.size(1), ids.size(1))
+        additive = torch.zeros(square.shape, device=ids.device).masked_fill(~square, torch.finfo(torch.float32).min)
+        hidden = self.encoder.model(input_ids=ids, attention_mask=additive).last_hidden_state
+        return self.encoder.word_states(hidden, batch["word_starts"])
+
     @staticmethod
     def word_labels(batch: dict) -> torch.Tensor:
         """Gold label id per word ``(B, W)``; padding words are ``-100``."""

@@ -69,10 +69,18 @@ class FamilySettings(TypedDict):
 
 class Stackable(Protocol):
     """A family whose cells train in lockstep (``ner_lightning.lockstep``; its
-    ``lockstep_refusal()`` is None): its main corpus's word scores ``(B, W, K)`` and its training
-    loss of a padded fp32 batch from fixed-shape operations only (no packing, no host reads), so
-    ``torch.func.vmap`` runs the cells of a group as one model."""
+    ``lockstep_refusal()`` is None): its main corpus's word scores and its training loss of a
+    padded fp32 batch from fixed-shape operations only (no packing, no host reads), so
+    ``torch.func.vmap`` runs the cells of a group as one model; their decoding; what moves
+    outside the optimiser."""
 
     def padded_scores(self, batch: dict) -> torch.Tensor: ...
 
     def padded_loss(self, batch: dict) -> torch.Tensor: ...
+
+    def decode_scores(self, scores: torch.Tensor) -> torch.Tensor:
+        """Label ids ``(..., W)`` from :meth:`padded_scores` (the family's decoding, on the device)."""
+
+    def lockstep_after_step(self, params: dict[str, torch.Tensor]) -> None:
+        """What the family moves after each optimiser step, on the stacked parameters (named as in
+        ``state_dict``, with a leading cell axis): the AUC losses' α ascent."""

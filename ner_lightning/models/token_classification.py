@@ -42,14 +42,16 @@ class TokenClassificationModule(HeadModule):
         return None
 
     def padded_scores(self, batch: dict) -> torch.Tensor:
-        """Word scores of a padded fp32 batch: the encoder with an additive key-padding mask
-        ``(B, 1, T, T)`` (the form Hugging Face adds to the attention scores as it is, in every
-        attention implementation, without asking the device whether it is all ones)."""
-        ids, keep = batch["input_ids"], batch["attention_mask"].bool()
-        square = keep[:, None, None, :].expand(ids.size(0), 1, ids.size(1), ids.size(1))
-        additive = torch.zeros(square.shape, device=ids.device).masked_fill(~square, torch.finfo(torch.float32).min)
-        hidden = self.encoder.model(input_ids=ids, attention_mask=additive).last_hidden_state
-        return self.head.scores(self.encoder.word_states(hidden, batch["word_starts"]), batch["word_mask"])
+        """Main-head word scores ``(B, W, K)`` of a padded fp32 batch (``padded_word_states``)."""
+        return self.head.scores(self.padded_word_states(batch), batch["word_mask"])
+
+    @staticmethod
+    def decode_scores(scores: torch.Tensor) -> torch.Tensor:
+        """The per-word argmax of :meth:`padded_scores` (this family's decoding)."""
+        return scores.argmax(-1)
+
+    def lockstep_after_step(self, params: dict[str, torch.Tensor]) -> None:
+        """Nothing moves outside the optimiser."""
 
     def padded_loss(self, batch: dict) -> torch.Tensor:
         """The token loss's mean over the real words, as a masked mean over every word slot."""

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ner_lightning.data.corpus import LabelSet
-from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
+from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm, masked_aucm
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import FamilySettings, Step
 from ner_lightning.models.encoder import TransformerEncoder
@@ -136,3 +136,26 @@ class TwoTaskModule(AUCMinMax, NERModule):
     def decode(self, batch: dict) -> torch.Tensor:
         s = self.task_scores(self.word_states(batch))
         return two_task_decode(s[..., 0], s[..., 1], self.threshold)
+
+    # --- lockstep (contracts.Stackable) ------------------------------------------------------
+    def lockstep_refusal(self) -> str | None:
+        """CE-2T and AUC-2T take one optimiser step per batch; COMAUC-2T's CE steps do not stack."""
+        return "comauc2t takes a CE step and an AUC step per batch" if self.objective == "comauc2t" else None
+
+    def padded_scores(self, batch: dict) -> torch.Tensor:
+        """Entity and begin scores ``(B, W, 2)`` of a padded fp32 batch (dropout on the word
+        states while training, as :meth:`task_loss`)."""
+        return self.task_scores(self.dropout(self.padded_word_states(batch)))
+
+    def padded_loss(self, batch: dict) -> torch.Tensor:
+        """:meth:`task_loss` over the real words, as masked sums over every word slot."""
+        s, keep = self.padded_scores(batch), batch["word_mask"]
+        entity, begin = two_task_targets(self.word_labels(batch), self.label_set)
+        if self.objective == "ce2t":
+            bce = (F.binary_cross_entropy(s[..., 0], entity.float(), reduction="none")
+                   + self.lam * F.binary_cross_entropy(s[..., 1], begin.float(), reduction="none"))
+            return (bce * keep).sum() / keep.sum()
+        return masked_aucm(self.auc[0], s[..., 0], entity, keep) + self.lam * masked_aucm(self.auc[1], s[..., 1], begin, keep)
+
+    def decode_scores(self, scores: torch.Tensor) -> torch.Tensor:
+        return two_task_decode(scores[..., 0], scores[..., 1], self.threshold)
