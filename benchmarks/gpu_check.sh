@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check (make gpu-check runs it after installing; on a machine without a package index,
 # inside the offline bundle: bash .offline/run.sh bash benchmarks/gpu_check.sh OUT [PART ...]).
-# Parts (default: all, in this order): env, precision, bench, default, grid, lockstep, lockstep-grid.
+# Parts (default: all, in this order): env, precision, bench, default, grid, lockstep, lockstep-grid,
+# agreement.
 # GRID_SIZES and GRID_EXTRA (more overrides, e.g. "trainer.max_epochs=3 trainer.min_epochs=3")
 # shape the grid parts; each grid part ends with every cell's phases (results.json phase_s).
 # Each part writes its tables to stdout and its JSON or text into OUT; a failing part does not stop
 # the others, and each is bounded by its own time limit.
 set -u
 OUT=${1:?usage: gpu_check.sh OUT [PART ...]}; shift
-PY=${PY:-python3}; PARTS=${*:-env precision bench default grid lockstep lockstep-grid}
+PY=${PY:-python3}; PARTS=${*:-env precision bench default grid lockstep lockstep-grid agreement}
 SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}; EXTRA=${GRID_EXTRA:-}
 mkdir -p "$OUT"
 $PY -c "import torch; assert torch.cuda.is_available(), 'the GPU check needs a GPU (a CUDA build of torch: docs/gpu_and_cluster.md)'" || exit 1
@@ -45,6 +46,9 @@ for p in $PARTS; do
         $PY -m ner_lightning.sweep status /tmp/gpu_check/ce_$launcher | tee "$OUT/ce_$launcher.txt"
         phases /tmp/gpu_check/ce_$launcher "$OUT/ce_${launcher}_phases.txt"
       done ;;
+    agreement) part agreement  # 16 MiniLM CE cells (size 50) under parallel and lockstep: paired test-F1 differences
+      timeout 420 $PY benchmarks/lockstep_agreement.py --extra "trainer=gpu $EXTRA" --alone parallel \
+        --out "$OUT/lockstep_agreement.json" ;;
     *) echo "unknown part $p"; exit 2 ;;
   esac
 done

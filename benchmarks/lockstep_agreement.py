@@ -1,0 +1,81 @@
+"""Lockstep cells against the same cells alone: paired test-F1 differences per partition (mean,
+95 % t-interval — which should hold 0, since with dropout a lockstep cell is another draw of the
+same experiment) and the wall time of each way, in one invocation:
+
+    python benchmarks/lockstep_agreement.py --out docs/bench_runs/<folder>/lockstep_agreement.json
+    python benchmarks/lockstep_agreement.py --extra "trainer=gpu" --alone parallel   # on a GPU (gpu_check.sh)
+
+Default: 16 CE cells (size 50, partitions 0–15) of the default encoder; ``--alone`` names the
+launcher the cells run alone under (``local``, one after another, or ``parallel``). On a CPU the
+lockstep launcher runs MiniLM cells alone (``cpu_max_hidden``): pass
+``--lockstep-extra hydra.launcher.cpu_max_hidden=1024`` to group them anyway.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from launchers import command  # noqa: E402  benchmarks/launchers.py: the same command line per launcher
+from timing import timed_process  # noqa: E402  benchmarks/timing.py
+
+from ner_lightning.report.stats import t_interval  # noqa: E402
+
+GRID = "loss=ce size=50 partition=" + ",".join(str(p) for p in range(16))
+
+
+def test_f1(sweep: Path) -> dict[int, float]:
+    """Test micro-F1 of every finished cell, by partition."""
+    out = {}
+    for path in sweep.glob("*/results.json"):
+        r = json.loads(path.read_text())
+        out[r["partition"]["partition"]] = r["test"]["micro"]["f1"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--grid", default=GRID)
+    ap.add_argument("--extra", default="", help="overrides of both runs (trainer=gpu, trainer.max_epochs=…)")
+    ap.add_argument("--lockstep-extra", default="", help="overrides of the lockstep run only")
+    ap.add_argument("--alone", default="local", help="the launcher of the cells alone: local or parallel")
+    ap.add_argument("--root", type=Path, default=Path("/tmp/lockstep_agreement"))
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    runs = {}
+    for name, launcher, extra in (("alone", args.alone, args.extra), ("lockstep", "lockstep", f"{args.extra} {args.lockstep_extra}")):
+        sweep = args.root / name
+        shutil.rmtree(sweep, ignore_errors=True)
+        args.root.mkdir(parents=True, exist_ok=True)
+        rc, wall = timed_process(command(args.grid, extra, sweep, launcher), log=sweep.with_suffix(".log"), check=False)
+        runs[name] = {"launcher": launcher, "exit": rc, "wall_s": wall, "test_f1": test_f1(sweep)}
+        print(f"{name} ({launcher}): {len(runs[name]['test_f1'])} cells in {wall:.1f} s (exit {rc})", file=sys.stderr)
+    paired = sorted(set(runs["alone"]["test_f1"]) & set(runs["lockstep"]["test_f1"]))
+    deltas = [runs["lockstep"]["test_f1"][p] - runs["alone"]["test_f1"][p] for p in paired]
+    mean = statistics.fmean(deltas) if deltas else float("nan")
+    sd = statistics.stdev(deltas) if len(deltas) > 1 else float("nan")
+    low, high = t_interval(mean, sd, len(deltas), 0.025) if len(deltas) > 1 else (float("nan"), float("nan"))
+    ratio = runs["alone"]["wall_s"] / runs["lockstep"]["wall_s"]
+    print(f"| cells paired | mean test F1 alone | lockstep − alone (mean) | 95 % interval | holds 0 | wall alone | "
+          f"wall lockstep | speed-up |\n|---|---|---|---|---|---|---|---|\n| {len(paired)} | "
+          f"{statistics.fmean(runs['alone']['test_f1'][p] for p in paired):.4f} | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | "
+          f"{'yes' if low <= 0 <= high else 'no'} | {runs['alone']['wall_s']:.1f} s | {runs['lockstep']['wall_s']:.1f} s | "
+          f"{ratio:.2f}× |")
+    if args.out:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"commit": commit, "grid": args.grid, "extra": args.extra,
+                                        "lockstep_extra": args.lockstep_extra, "runs": runs, "deltas": deltas,
+                                        "mean": mean, "interval_95": [low, high], "speedup": ratio}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
