@@ -12,6 +12,8 @@ OUT=${1:?usage: gpu_check.sh OUT [PART ...]}; shift
 PY=${PY:-python3}; PARTS=${*:-env precision bench default grid lockstep lockstep-grid agreement}
 SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}; EXTRA=${GRID_EXTRA:-}
 mkdir -p "$OUT"
+# The offline bundle's tar rewrites the target of the link ner_lightning/conf -> ../conf: point it back.
+[ -f ner_lightning/conf/config.yaml ] || ln -sfn ../conf ner_lightning/conf
 $PY -c "import torch; assert torch.cuda.is_available(), 'the GPU check needs a GPU (a CUDA build of torch: docs/gpu_and_cluster.md)'" || exit 1
 part() { echo "== $1 ($(date -u +%T))"; }
 phases() {  # each cell's seconds by phase, from its results.json
@@ -41,13 +43,13 @@ for p in $PARTS; do
       for launcher in parallel lockstep; do
         TIMEFORMAT="$launcher: wall %R s"
         time (timeout 300 $PY -m ner_lightning.run -m loss=ce size=$SIZES partition=0,1,2,3,4,5,6,7 \
-          hydra/launcher=$launcher trainer=gpu logger=csv trainer.enable_progress_bar=false \
+          hydra/launcher=$launcher trainer=gpu trainer.precision=32-true logger=csv trainer.enable_progress_bar=false \
           hydra.sweep.dir=/tmp/gpu_check/ce_$launcher $EXTRA 2>&1 | grep -v INFO)
         $PY -m ner_lightning.sweep status /tmp/gpu_check/ce_$launcher | tee "$OUT/ce_$launcher.txt"
         phases /tmp/gpu_check/ce_$launcher "$OUT/ce_${launcher}_phases.txt"
       done ;;
     agreement) part agreement  # 16 MiniLM CE cells (size 50) under parallel and lockstep: paired test-F1 differences
-      timeout 420 $PY benchmarks/lockstep_agreement.py --extra "trainer=gpu $EXTRA" --alone parallel \
+      timeout 420 $PY benchmarks/lockstep_agreement.py --extra "trainer=gpu trainer.precision=32-true $EXTRA" --alone parallel \
         --out "$OUT/lockstep_agreement.json" ;;
     *) echo "unknown part $p"; exit 2 ;;
   esac

@@ -34,6 +34,7 @@ from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep import LockstepGroup, stack_batches
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.word_grid import host_entries, layout_of
+from ner_lightning.protocols import protocol_of
 
 log = logging.getLogger("ner_lightning")
 
@@ -62,8 +63,6 @@ class Member:
 def config_refusal(cfg: DictConfig) -> str | None:
     """Why a cell of this config cannot train in a lockstep group, read from its config alone
     (the family's own refusal, ``lockstep_refusal()``, is asked once it is built)."""
-    from ner_lightning.protocols import protocol_of
-
     precision = str(cfg.trainer.precision)
     if precision not in ("32", "32-true"):
         return f"lockstep trains in fp32 (trainer.precision={precision})"

@@ -1,7 +1,7 @@
 """Shared test helpers."""
 from __future__ import annotations
 
-from ner_lightning import protocols
+from ner_lightning import cell, protocols
 
 
 def train(cfg, **kwargs) -> dict:
@@ -14,7 +14,7 @@ def train_watching(cfg, monkeypatch) -> tuple[dict, dict[str, float]]:
     state, how far it ended from its value when the module was built (max |change|) — what the
     run trained, and what it left alone."""
     built = {}
-    real = protocols.build_module
+    real = cell.build_module
 
     def build(*args):
         module = real(*args)
@@ -22,7 +22,7 @@ def train_watching(cfg, monkeypatch) -> tuple[dict, dict[str, float]]:
         built["start"] = {k: v.detach().clone() for k, v in module.state_dict().items()}
         return module
 
-    monkeypatch.setattr(protocols, "build_module", build)
+    monkeypatch.setattr(cell, "build_module", build)
     results = train(cfg)
     end = built["module"].state_dict()
     return results, {k: (end[k].detach().cpu() - v.cpu()).abs().max().item()

@@ -134,7 +134,7 @@ def test_a_lockstep_group_trains_each_cell_as_alone_without_dropout(toy_data_dir
 def test_groups_are_cells_alike_but_for_partition_and_init_seed():
     from omegaconf import OmegaConf
 
-    from ner_lightning.sweep.lockstep_launcher import Job, plan_groups
+    from ner_lightning.lockstep_launcher import Job, plan_groups
 
     def job(i, **keys):
         base = {"size": 20, "partition": 0, "init_seed": 42, "loss": {"name": "ce"}, "hydra": {"job": {"num": i}}}

@@ -1,7 +1,8 @@
 """``hydra/launcher=lockstep``: the cells of a sweep that differ only in ``partition`` and
 ``init_seed`` train as lockstep groups of up to ``cells_per_group`` (``ner_lightning.lockstep_fit``),
 one group after another in this process; every other cell runs alone, as under the local
-launcher, and the console says why.
+launcher, and the console says why. (It lives above ``run``, whose cell steps it drives, not in
+``sweep/``, which ``run`` uses.)
 
 Each cell keeps its own Hydra job — folder, ``.hydra/``, ``cell.json``, ``partition.json``,
 ``results.json`` or ``failure.json`` — set up before the group's fit (``run.open_member``) and
@@ -22,8 +23,11 @@ from typing import Callable, Sequence
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ner_lightning.clock import PROCESS
+from ner_lightning.lockstep_fit import Member, config_refusal, fit_group
+from ner_lightning.run import close_member, open_member
 from ner_lightning.sweep.launchers import LocalLauncher, log_progress
-from ner_lightning.sweep.signals import exit_code
+from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
 log = logging.getLogger("ner_lightning")
 
@@ -74,7 +78,7 @@ class LockstepLauncher(LocalLauncher):
         super().__init__()
         self.cells_per_group, self.cpu_max_hidden = cells_per_group, cpu_max_hidden
 
-    def refusal(self, member) -> str | None:
+    def refusal(self, member: Member) -> str | None:
         """Why a group of cells like ``member`` (set up) trains alone: its family's reason, or a
         CPU where its encoder is too large for stacking to pay (``cpu_max_hidden``)."""
         module = member.run.module
@@ -86,8 +90,6 @@ class LockstepLauncher(LocalLauncher):
         return why
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ner_lightning.lockstep_fit import config_refusal
-
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -127,8 +129,6 @@ class LockstepLauncher(LocalLauncher):
             return JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=err)
 
     def _run_group(self, group: list[Job]) -> dict[int, JobReturn]:
-        from ner_lightning.run import close_member, open_member
-
         returns, members = {}, []
         for job in group:
             log.info("\t#%d : %s", job.index, " ".join(filter_overrides(job.overrides)))
@@ -162,15 +162,11 @@ class LockstepLauncher(LocalLauncher):
         return returns
 
     @staticmethod
-    def _fit(members: list, jobs: list[Job]) -> None:
+    def _fit(members: list[Member], jobs: list[Job]) -> None:
         """The group's fit; its seconds shared out to its cells; an error stops every cell of it."""
-        from ner_lightning.clock import PROCESS
-        from ner_lightning.lockstep_fit import fit_group
-        from ner_lightning.sweep.signals import interrupts_raised
-
         names = [" ".join(filter_overrides(job.overrides)) for job in jobs]
         for k, member in enumerate(members):
-            member.run.lockstep = {"cells": len(members), "position": k, "group": names}
+            member.run.lockstep = {"cells": len(members), "position": k, "group": names, "dev_precision": "32-true"}
         try:
             with interrupts_raised():
                 fit_group(members)
