@@ -78,11 +78,15 @@ class LockstepLauncher(LocalLauncher):
         super().__init__()
         self.cells_per_group, self.cpu_max_hidden = cells_per_group, cpu_max_hidden
 
-    def refusal(self, member: Member) -> str | None:
-        """Why a group of cells like ``member`` (set up) trains alone: its family's reason, or a
-        CPU where its encoder is too large for stacking to pay (``cpu_max_hidden``)."""
-        module = member.run.module
+    def refusal(self, members: list[Member]) -> str | None:
+        """Why these cells (set up) train alone: their family's reason, different batches per
+        epoch (a regime that resamples each partition differently), or a CPU where their encoder
+        is too large for stacking to pay (``cpu_max_hidden``)."""
+        member, module = members[0], members[0].run.module
         why = module.lockstep_refusal()
+        batches = sorted({len(m.run.datamodule.train_dataloader()) for m in members})
+        if why is None and len(batches) > 1:
+            why = f"their partitions make different numbers of batches per epoch ({batches})"
         hidden = module.encoder.hidden_size
         if why is None and member.run.trainer.strategy.root_device.type == "cpu" and hidden > self.cpu_max_hidden:
             why = (f"on a CPU an encoder of hidden size {hidden} trains slower stacked than alone (compute-bound; "
@@ -145,7 +149,7 @@ class LockstepLauncher(LocalLauncher):
                 if exit_code(ret._return_value) is not None:
                     raise SystemExit(exit_code(ret._return_value))
         ready = [m for _, m in members if m.resume is None]
-        refused = self.refusal(ready[0]) if ready else None
+        refused = self.refusal(ready) if ready else None
         if refused:
             log.info("these %d cells run alone: %s", len(ready), refused)
         elif len(ready) > 1:

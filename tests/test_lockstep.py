@@ -235,3 +235,22 @@ def test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone(toy_cfg):
         expected, got = module.state_dict(), modules[k].state_dict()
         assert max((expected[n] - got[n]).abs().max().item() for n in expected) < 1e-5
         assert float(expected["auc.0.alpha"]) > 0  # α moved
+
+
+def test_a_diverging_cell_stops_alone_and_its_group_goes_on(toy_cfg):
+    """One cell of a group whose loss turns NaN gets an error of its own (no dev evaluation, no
+    selected weights); the other trains and is evaluated every epoch."""
+    from ner_lightning.cell import Cell, setup_cell
+    from ner_lightning.lockstep_fit import Member, fit_group
+
+    members = []
+    for p in range(2):
+        cfg = toy_cfg(f"partition={p}", "trainer.max_epochs=2", "trainer.min_epochs=2")
+        members.append(Member(cfg, Cell(f"cell {p}"), setup_cell(cfg, Cell(f"cell {p}"))))
+    with torch.no_grad():
+        members[1].run.module.head.classifier.weight.fill_(float("nan"))
+    fit_group(members)
+    assert isinstance(members[1].error, FloatingPointError) and "not finite at epoch 0" in str(members[1].error)
+    assert members[1].run.module.history == [] and members[1].position[0] == 1
+    assert members[0].error is None and [h["epoch"] for h in members[0].run.module.history] == [0, 1]
+    assert members[0].position[0] == 2
