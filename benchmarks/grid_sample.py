@@ -20,13 +20,12 @@ import json
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from launchers import command  # benchmarks/launchers.py: the same command line per launcher
-from timing import timed_process  # benchmarks/timing.py
+from timing import timed_process, write_raw  # benchmarks/timing.py
 
 SAMPLE = "loss=ce,auc2t size=20,50 partition=0,1,2,3,4,5,6,7"
 TABLE2_CELLS = 12 * 30 * 4
@@ -89,10 +88,7 @@ def main() -> None:
         print("\n" + "; ".join(f"{name}: {base / s['wall_s']:.2f}× the speed of {launchers[0]}"
                                for name, s in list(summary.items())[1:]))
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"commit": commit, "grid": args.grid, "extra": args.extra, "runs": runs,
-                                        "summary": summary}, indent=1))
+        write_raw(args.out, {"grid": args.grid, "extra": args.extra, "runs": runs, "summary": summary})
 
 
 def _workers(launcher: str) -> int:

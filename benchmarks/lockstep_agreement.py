@@ -16,7 +16,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from launchers import command  # noqa: E402  benchmarks/launchers.py: the same command line per launcher
-from timing import timed_process  # noqa: E402  benchmarks/timing.py
+from timing import timed_process, write_raw  # noqa: E402  benchmarks/timing.py
 
 from ner_lightning.report.stats import t_interval  # noqa: E402
 
@@ -69,13 +68,8 @@ def main() -> None:
           f"{'yes' if low <= 0 <= high else 'no'} | {runs['alone']['wall_s']:.1f} s | {runs['lockstep']['wall_s']:.1f} s | "
           f"{ratio:.2f}× |")
     if args.out:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"commit": commit, "grid": args.grid, "extra": args.extra,
-                                        "lockstep_extra": args.lockstep_extra, "runs": runs, "deltas": deltas,
-                                        "mean": mean, "interval_95": [low, high], "speedup": ratio}, indent=1))
-
+        write_raw(args.out, {"grid": args.grid, "extra": args.extra, "lockstep_extra": args.lockstep_extra,
+                             "runs": runs, "deltas": deltas, "mean": mean, "interval_95": [low, high], "speedup": ratio})
 
 if __name__ == "__main__":
     main()

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from ner_lightning.config import compose_config, complete_config  # noqa: E402
 from ner_lightning.lockstep import LockstepGroup, build_cells, stack_batches  # noqa: E402
+from timing import write_raw  # noqa: E402  benchmarks/timing.py
 
 
 def cells(model: str, k: int, out: Path, device: str = "cpu"):
@@ -129,12 +129,8 @@ def main() -> None:
               f"| {1e3 * r['median_lockstep_s']:.1f} ms | {r['speedup']:.2f}× | {1e3 * r['median_eval_loop_s']:.1f} ms "
               f"| {1e3 * r['median_eval_lockstep_s']:.1f} ms | {r['eval_speedup']:.2f}× | {r['eval_max_abs_diff']:.1e} |")
     if args.out:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"commit": commit, "machine": platform.processor() or platform.machine(),
-                                        "cpu": _cpu(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                                        "rows": rows}, indent=1))
+        write_raw(args.out, {"machine": platform.processor() or platform.machine(), "cpu": _cpu(),
+                             "threads": torch.get_num_threads(), "torch": torch.__version__, "rows": rows})
 
 
 def _cpu() -> str:

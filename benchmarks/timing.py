@@ -4,6 +4,7 @@ speed from one day to the next (``bench_ce.py`` interleaves its contenders in ro
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -46,3 +47,12 @@ def checkouts(repo: Path, baseline: str | None, folder: Path) -> Iterator[dict[s
         yield {f"baseline {baseline}": folder, f"this checkout ({rev})": repo}
     finally:
         subprocess.run([*git, "worktree", "remove", "--force", str(folder)], check=False)
+
+
+def write_raw(out: Path, record: dict) -> Path:
+    """A benchmark's raw file: ``record`` as JSON, with the commit it ran at first."""
+    commit = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"commit": commit, **record}, indent=1))
+    return out
