@@ -72,6 +72,15 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress
               failure["error"], where)
 
 
+def _begin(cfg: DictConfig, out_dir: Path, progress: Progress) -> tuple[Cell, Path | None]:
+    """The cell (held in ``out_dir``) placed on its device and recorded (``cell.json``: identity,
+    device, attempts); the ``last.ckpt`` of the same identity to resume from, or None."""
+    device = _device(cfg)
+    identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
+    prefix, resume = cells.begin(cfg, out_dir, overrides(), identity["sha256"], device)
+    return Cell(prefix, device, identity, progress), resume
+
+
 _imports_frozen = False  # whether this process froze what its imports made (_freeze_imports)
 
 
@@ -105,10 +114,8 @@ def main(cfg: DictConfig) -> float | None:
     try:
         with interrupts_raised(), cells.exclusive(out_dir, "cell"):  # FolderInUse: another process's, left alone
             try:
-                device = _device(cfg)
-                identity = cell_identity(complete_config(cfg))  # what the sweeper's manifest records too
-                prefix, resume = cells.begin(cfg, out_dir, overrides(), identity["sha256"], device)
-                return protocols.run_protocol(cfg, Cell(prefix, device, identity, progress), resume)
+                cell, resume = _begin(cfg, out_dir, progress)
+                return protocols.run_protocol(cfg, cell, resume)
             except BaseException as err:
                 _write_failure(out_dir, err, time.time() - t0, progress)  # while the folder is still ours
                 raise
@@ -133,10 +140,7 @@ def open_member(cfg: DictConfig) -> Member:
     hold = contextlib.ExitStack()
     hold.enter_context(cells.exclusive(out_dir, "cell"))
     try:
-        device = _device(cfg)
-        identity = cell_identity(complete_config(cfg))
-        prefix, resume = cells.begin(cfg, out_dir, overrides(), identity["sha256"], device)
-        cell = Cell(prefix, device, identity, progress)
+        cell, resume = _begin(cfg, out_dir, progress)
         run = setup_cell(cfg, cell)
         spent = PROCESS.take()
         run.carried = {**spent["phases"], "unaccounted": spent["unaccounted"]}
