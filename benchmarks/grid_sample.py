@@ -95,7 +95,7 @@ def _workers(launcher: str) -> int:
     """Cells that paid a process start-up: one per worker (the sample's first cells)."""
     import os
 
-    if not launcher.startswith("parallel"):
+    if not launcher.startswith(("parallel", "lockstep")):
         return 1
     own = dict(o.split("=", 1) for o in launcher.split(":")[1:])
     return int(own.get("hydra.launcher.n_jobs", min(os.cpu_count() or 1, 8)))

@@ -1,7 +1,10 @@
 """``hydra/launcher=lockstep``: the cells of a sweep that differ only in ``partition`` and
-``init_seed`` train as lockstep groups of up to ``cells_per_group`` (``ner_lightning.lockstep_fit``),
-one group after another in this process; every other cell runs alone, as under the local
-launcher, and the console says why. (It lives above ``run``, whose cell steps it drives, not in
+``init_seed`` train as lockstep groups of up to ``cells_per_group`` (``ner_lightning.lockstep_fit``);
+every other cell runs alone, as under the local launcher, and the console says why. With
+``n_jobs`` > 1 the groups and lone cells are the tasks of long-lived worker processes, as under
+``hydra/launcher=parallel`` (``sweep/workers.py``: each worker a device slot, or its share of the
+CPU's cores); with 1 they run one after another in this process. Each cell is composed once, by
+the sweeper, and travels to its worker composed. (It lives above ``run``, whose cell steps it drives, not in
 ``sweep/``, which ``run`` uses.)
 
 Each cell keeps its own Hydra job — folder, ``.hydra/``, ``cell.json``, ``partition.json``,
@@ -21,24 +24,19 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep_fit import Member, config_refusal, fit_group
 from ner_lightning.run import close_member, open_member
-from ner_lightning.sweep.launchers import LocalLauncher, log_progress
+from ner_lightning.sweep.launchers import ParallelLauncher, log_progress
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
+from ner_lightning.sweep.workers import Job, WorkerPool
 
 log = logging.getLogger("ner_lightning")
 
 GROUPED_KEYS = ("partition", "init_seed")  # what may differ between the cells of a group
-
-
-@dataclass
-class Job:
-    index: int
-    overrides: list[str]
-    config: DictConfig  # its composed sweep config
 
 
 def group_key(config: DictConfig) -> str:
@@ -68,15 +66,21 @@ def plan_groups(jobs: Sequence[Job], cells_per_group: int, refusal: Callable[[Di
     return planned
 
 
-class LockstepLauncher(LocalLauncher):
-    """Lockstep groups of up to ``cells_per_group`` cells (module docstring)."""
+@dataclass
+class LockstepTasks:
+    """The :class:`~ner_lightning.sweep.workers.TaskRunner` of ``lockstep``: a task of several
+    cells trains as one group (set up, fit together, each ended as its own Hydra job), a task of
+    one cell runs alone."""
 
-    def __init__(self, cells_per_group: int = 8, cpu_max_hidden: int = 64) -> None:
-        for key, value in (("cells_per_group", cells_per_group), ("cpu_max_hidden", cpu_max_hidden)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"hydra.launcher.{key}={value!r}: give an int >= 1")
-        super().__init__()
-        self.cells_per_group, self.cpu_max_hidden = cells_per_group, cpu_max_hidden
+    hydra_context: HydraContext
+    task_function: TaskFunction
+    cpu_max_hidden: int
+
+    def __call__(self, task: Sequence[Job]) -> list[JobReturn]:
+        if len(task) == 1:
+            return [self._isolated(task[0])]
+        returns = self._run_group(list(task))
+        return [returns[job.index] for job in task]
 
     def refusal(self, members: list[Member]) -> str | None:
         """Why these cells (set up) train alone: their family's reason, different batches per
@@ -93,34 +97,6 @@ class LockstepLauncher(LocalLauncher):
                    f"docs/benchmarks.md): raise hydra.launcher.cpu_max_hidden above it to group anyway")
         return why
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        jobs = [Job(initial_job_idx + k, list(o), self._compose(initial_job_idx + k, list(o)))
-                for k, o in enumerate(job_overrides)]
-        plan = plan_groups(jobs, self.cells_per_group, config_refusal)
-        log.info("%d cells: %d in %d lockstep groups, %d alone", len(jobs), sum(len(g) for g, why in plan if why is None),
-                 sum(why is None for _, why in plan), sum(len(g) for g, why in plan if why is not None))
-        returns: dict[int, JobReturn] = {}
-        started = time.monotonic()
-        for group, why in plan:
-            if why is None:
-                returns.update(self._run_group(group))
-            else:
-                log.info("\t#%d : %s | alone: %s", group[0].index, " ".join(filter_overrides(group[0].overrides)), why)
-                returns[group[0].index] = self._isolated(group[0])
-            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-            log_progress(list(returns.values()), len(jobs), time.monotonic() - started)
-        return [returns[job.index] for job in jobs]
-
-    def _compose(self, idx: int, overrides: list[str]) -> DictConfig:
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        with open_dict(config):
-            config.hydra.job.id = idx
-            config.hydra.job.num = idx
-        return config
-
     def _job(self, job: Job, task: Callable[[DictConfig], object]) -> JobReturn:
         """``task`` run as the cell's Hydra job (its folder, ``.hydra/``, log file, HydraConfig)."""
         return run_job(hydra_context=self.hydra_context, task_function=task, config=job.config,
@@ -128,14 +104,13 @@ class LockstepLauncher(LocalLauncher):
 
     def _isolated(self, job: Job) -> JobReturn:
         try:
-            return self._run(job.index, job.overrides)
+            return self._job(job, self.task_function)
         except Exception as err:  # noqa: BLE001 — Hydra could not set the cell up: it fails alone
             return JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=err)
 
     def _run_group(self, group: list[Job]) -> dict[int, JobReturn]:
         returns, members = {}, []
         for job in group:
-            log.info("\t#%d : %s", job.index, " ".join(filter_overrides(job.overrides)))
             try:
                 ret = self._job(job, open_member)
             except Exception as err:  # noqa: BLE001 — Hydra could not set the cell up: it fails alone
@@ -182,3 +157,57 @@ class LockstepLauncher(LocalLauncher):
         for member in members:
             for name, seconds in {**spent["phases"], "unaccounted": spent["unaccounted"]}.items():
                 member.run.carried[name] = member.run.carried.get(name, 0.0) + seconds / len(members)
+
+
+class LockstepLauncher(ParallelLauncher):
+    """Lockstep groups of up to ``cells_per_group`` cells on ``n_jobs`` workers (module docstring)."""
+
+    def __init__(self, n_jobs: int = 1, groups_per_gpu: int = 1, cells_per_group: int = 8,
+                 cpu_max_hidden: int = 64) -> None:
+        for key, value in (("cells_per_group", cells_per_group), ("cpu_max_hidden", cpu_max_hidden)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"hydra.launcher.{key}={value!r}: give an int >= 1")
+        super().__init__(n_jobs, groups_per_gpu)
+        self.cells_per_group, self.cpu_max_hidden = cells_per_group, cpu_max_hidden
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        jobs = [Job(initial_job_idx + k, list(o), self._compose(initial_job_idx + k, list(o)))
+                for k, o in enumerate(job_overrides)]
+        plan = plan_groups(jobs, self.cells_per_group, config_refusal)
+        workers = min(self.n_jobs, len(plan))
+        log.info("%d cells: %d in %d lockstep groups, %d alone%s", len(jobs),
+                 sum(len(g) for g, why in plan if why is None), sum(why is None for _, why in plan),
+                 sum(len(g) for g, why in plan if why is not None),
+                 f"; on {workers} worker processes" if workers > 1 else "")
+        for group, why in plan:
+            log.info("\t%s%s", ", ".join(f"#{job.index} : {' '.join(filter_overrides(job.overrides))}" for job in group),
+                     f" | alone: {why}" if why else "")
+        runner = LockstepTasks(self.hydra_context, self.task_function, self.cpu_max_hidden)
+        done: list[JobReturn] = []
+        started = time.monotonic()
+
+        def progress(ret: JobReturn) -> None:
+            done.append(ret)
+            log_progress(done, len(jobs), time.monotonic() - started)
+        tasks = [group for group, _ in plan]
+        if workers > 1:
+            returned = WorkerPool(self.n_jobs, runner).run(tasks, progress)
+        else:
+            returned = []
+            for task in tasks:
+                returned.append(runner(task))
+                configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+                for ret in returned[-1]:
+                    progress(ret)
+        by_index = {job.index: ret for task, rets in zip(tasks, returned) for job, ret in zip(task, rets)}
+        return [by_index[job.index] for job in jobs]
+
+    def _compose(self, idx: int, overrides: list[str]) -> DictConfig:
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config):
+            config.hydra.job.id = idx
+            config.hydra.job.num = idx
+        return config

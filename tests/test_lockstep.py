@@ -152,7 +152,8 @@ def test_groups_are_cells_alike_but_for_partition_and_init_seed():
 
 def test_the_lockstep_launcher_groups_what_it_can_and_runs_the_rest_alone(toy_data_dir, tmp_path):
     """CE cells train as a group; CRF cells (no fixed-shape loss) and a cell whose folder cannot be
-    made run alone, with the reason on the console; every other cell writes its results."""
+    made run alone, with the reason on the console; every other cell writes its results. The two
+    groups are the tasks of two worker processes."""
     import json
 
     from tests.test_sweep import TOY, run_cli
@@ -160,16 +161,18 @@ def test_the_lockstep_launcher_groups_what_it_can_and_runs_the_rest_alone(toy_da
     sweep = tmp_path / "s"
     sweep.mkdir()
     (sweep / "1").write_text("not a folder")  # cell 1 (ce, partition 1) cannot be set up
-    args = ["-m", "loss=ce,crf", "partition=0,1,2", *TOY, "hydra/launcher=lockstep", f"hydra.sweep.dir={sweep}",
-            "hydra.sweep.subdir=${hydra.job.num}"]
+    args = ["-m", "loss=ce,crf", "partition=0,1,2", *TOY, "hydra/launcher=lockstep", "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]
     proc = run_cli(args, tmp_path, toy_data_dir)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "could not start" in out
-    assert "6 cells: 6 in 2 lockstep groups, 0 alone" in out
+    assert "6 cells: 6 in 2 lockstep groups, 0 alone; on 2 worker processes" in out
     assert "these 3 cells run alone: CRFModule has no fixed-shape loss" in out
     results = {int(p.parent.name): json.loads(p.read_text()) for p in sweep.glob("*/results.json")}
     assert sorted(results) == [0, 2, 3, 4, 5]
     assert [results[k].get("lockstep", {}).get("cells") for k in (0, 2, 3, 4, 5)] == [2, 2, None, None, None]
+    pids = [results[k]["device"]["pid"] for k in (0, 2, 3, 4, 5)]
+    assert pids[0] == pids[1] != pids[2] == pids[3] == pids[4]  # a group's cells share their worker
 
 
 def test_on_a_cpu_a_large_encoder_runs_alone(toy_data_dir, tmp_path):

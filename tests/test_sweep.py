@@ -281,7 +281,7 @@ def test_a_parallel_worker_that_dies_fails_only_its_cell_and_is_replaced(toy_dat
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "6 cells — 6 ran, 2 failed" in out, out[-3000:]
-    assert out.count("died (exit code 9): that cell failed, the others go on") == 2  # partition 1 of ce and crf
+    assert out.count("died (exit code 9): its cells failed, the others go on") == 2  # partition 1 of ce and crf
     done = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/results.json")]
     assert sorted(r["partition"]["partition"] for r in done) == [0, 0, 2, 2]
     assert not list((tmp_path / "s").glob("*partition=1*/results.json"))

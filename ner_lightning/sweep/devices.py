@@ -103,7 +103,8 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
             torch.set_num_threads(int(os.environ["SLURM_CPUS_PER_TASK"]))
         return describe(cfg)
     slot = claim_slot(Path(sweep_dir) / ".slots", n_jobs)
-    device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1, int(launcher_cfg.get("cells_per_gpu", 1)))
+    per_gpu = launcher_cfg.get("cells_per_gpu", launcher_cfg.get("groups_per_gpu", 1))  # parallel / lockstep
+    device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1, int(per_gpu))
     if device["accelerator"] == "gpu":
         with open_dict(cfg):
             cfg.trainer.devices = [device["index"]]
@@ -112,9 +113,9 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
 
 
 def _n_jobs(launcher_cfg) -> int | None:
-    """``hydra.launcher.n_jobs`` of the ``parallel`` launcher; None for any other launcher."""
+    """``hydra.launcher.n_jobs`` of the ``parallel`` and ``lockstep`` launchers; None for any other."""
     target = str(launcher_cfg.get("_target_", "")) if launcher_cfg is not None else ""
-    if not target.endswith(("JoblibLauncher", "ParallelLauncher")):
+    if not target.endswith(("JoblibLauncher", "ParallelLauncher", "LockstepLauncher")):
         return None
     n_jobs = int(launcher_cfg.n_jobs)
     return n_jobs if n_jobs >= 1 else (os.cpu_count() or 1)

@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from dataclasses import dataclass
+
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from hydra.core.singleton import Singleton
 from omegaconf import DictConfig, open_dict
 
-from ner_lightning.sweep.workers import WorkerPool
+from ner_lightning.sweep.workers import Job, WorkerPool
 
 log = logging.getLogger("ner_lightning")
 
@@ -75,6 +76,23 @@ class LocalLauncher(Launcher):
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
 
+@dataclass
+class CellByCell:
+    """A worker's :class:`~ner_lightning.sweep.workers.TaskRunner` under ``parallel``: each cell
+    of a task composed and run as its own Hydra job (``hydra_joblib_launcher``'s ``execute_job``)."""
+
+    hydra_context: HydraContext
+    config: DictConfig
+    task_function: TaskFunction
+
+    def __call__(self, task: Sequence[Job]) -> list[JobReturn]:
+        from hydra.core.singleton import Singleton
+        from hydra_plugins.hydra_joblib_launcher._core import execute_job
+
+        return [execute_job(job.index, job.overrides, self.hydra_context, self.config, self.task_function,
+                            Singleton.get_state()) for job in task]
+
+
 class ParallelLauncher(LocalLauncher):
     """``n_jobs`` long-lived worker processes (``sweep/workers.py``), each running cell after
     cell; ``cells_per_gpu``: how many of them share one GPU (``sweep.devices.assign`` places each
@@ -93,14 +111,14 @@ class ParallelLauncher(LocalLauncher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         log.info("%d cells on %d worker processes", len(job_overrides), min(self.n_jobs, len(job_overrides)))
-        jobs = [(initial_job_idx + k, list(o)) for k, o in enumerate(job_overrides)]
-        for idx, overrides in jobs:
-            log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
-        pool = WorkerPool(self.n_jobs, (self.hydra_context, self.config, self.task_function, Singleton.get_state()))
+        jobs = [Job(initial_job_idx + k, list(o)) for k, o in enumerate(job_overrides)]
+        for job in jobs:
+            log.info("\t#%d : %s", job.index, " ".join(filter_overrides(job.overrides)))
+        pool = WorkerPool(self.n_jobs, CellByCell(self.hydra_context, self.config, self.task_function))
         done: list[JobReturn] = []
         started = time.monotonic()
 
-        def progress(_pos: int, ret: JobReturn) -> None:
+        def progress(ret: JobReturn) -> None:
             done.append(ret)
             log_progress(done, len(jobs), time.monotonic() - started)
-        return pool.run(jobs, progress)
+        return [ret for (ret,) in pool.run([[job] for job in jobs], progress)]

@@ -1,20 +1,23 @@
-"""The worker processes of ``hydra/launcher=parallel``: each starts once and runs cell after cell.
+"""The worker processes of ``hydra/launcher=parallel`` and ``lockstep``: each starts once and runs
+task after task — a task is one cell (``parallel``) or a lockstep group of cells (``lockstep``).
 
-A worker is spawned with the path of a file holding what every cell of the launch shares
-(Hydra's context, the sweep's config, the task function: written once, read once per worker) and
-then receives only a cell's index and overrides. (Handed to ``Process`` as an argument, the
-payload would go down the spawn pipe, whose write blocks until the child has imported the main
-module: workers would start one after another, ~18 s apart on a GPU machine.) So imports, the device slot (``sweep/devices.py``), the measured precision and the
+A worker is spawned with the path of a file holding what every task of the launch shares (the
+launcher's :class:`TaskRunner`, which holds Hydra's context and the sweep's config, and Hydra's
+singletons: written once, read once per worker) and then receives only a task's cells. (Handed to
+``Process`` as an argument, the payload would go down the spawn pipe, whose write blocks until the
+child has imported the main module: workers would start one after another, ~18 s apart on a GPU
+machine.) So imports, the device slot (``sweep/devices.py``), the measured precision and the
 corpora it has read stay with the worker for its life: a later cell starts in well under a second.
 No worker is ended because its memory grew (loky, joblib's executor, ends a worker whose memory
 grew by 300 MB during a task, which a CUDA context always does, and the next cell pays a fresh
-start-up). A worker that dies (a segfault, an out-of-memory kill, ``os._exit``) fails the cell it
-was running, with its exit code, and is replaced; the other cells go on, and a rerun of the sweep
-resumes the failed one as usual. Ctrl-C or SIGTERM reach the workers too: their cells write
-``failure.json`` (interrupted) and the launch ends with the cells' exit code; a launcher killed
-outright takes its workers with it (Linux: they get SIGTERM when it dies). Each worker starts
-with its share of the cores as its thread count (``OMP_NUM_THREADS`` and its kin, unless set):
-n workers that each start 1 thread per core would contend for every core (what loky does too).
+start-up). A worker that dies (a segfault, an out-of-memory kill, ``os._exit``) fails the cells of
+the task it was running, with its exit code, and is replaced; the other tasks go on, and a rerun
+of the sweep resumes the failed cells as usual. Ctrl-C or SIGTERM reach the workers too: their
+cells write ``failure.json`` (interrupted) and the launch ends with the cells' exit code; a
+launcher killed outright takes its workers with it (Linux: they get SIGTERM when it dies). Each
+worker starts with its share of the cores as its thread count (``OMP_NUM_THREADS`` and its kin,
+unless set): n workers that each start 1 thread per core would contend for every core (what loky
+does too).
 """
 from __future__ import annotations
 
@@ -29,10 +32,12 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import cloudpickle
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, setup_globals
+from omegaconf import DictConfig
 
 log = logging.getLogger("ner_lightning")
 
@@ -41,28 +46,43 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 
 class WorkerDied(RuntimeError):
-    """The worker process running a cell died before the cell returned."""
+    """The worker process running a task died before the task returned."""
+
+
+@dataclass
+class Job:
+    """A cell of the launch: its number, its overrides and, where the launcher composed it
+    already, its sweep config (else the worker composes it)."""
+
+    index: int
+    overrides: list[str]
+    config: DictConfig | None = None
+
+
+class TaskRunner(Protocol):
+    """What a worker runs: a task's cells as Hydra jobs, one ``JobReturn`` per cell in order."""
+
+    def __call__(self, task: Sequence[Job]) -> list[JobReturn]: ...
 
 
 def serve(conn: Connection, shared_file: str) -> None:
-    """A worker's life: unpack what every cell shares, then run each ``(index, overrides)``
-    received with ``hydra_joblib_launcher``'s ``execute_job`` (Hydra's job set-up, then the task)
-    and send back its ``JobReturn``; a cell interrupted by a signal sends its exit code and ends
-    the worker."""
-    from hydra_plugins.hydra_joblib_launcher._core import execute_job
-
+    """A worker's life: unpack the launch's :class:`TaskRunner` and Hydra's singletons, then run
+    each task received and send back its cells' returns; a task interrupted by a signal sends its
+    exit code and ends the worker."""
     _end_with_parent()
-    hydra_context, config, task_function, singleton_state = cloudpickle.loads(Path(shared_file).read_bytes())
-    while (message := _receive_job(conn)) is not STOP:
-        index, overrides = message
+    runner, singleton_state = cloudpickle.loads(Path(shared_file).read_bytes())
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    while (task := _receive_job(conn)) is not STOP:
         try:
-            ret = execute_job(index, overrides, hydra_context, config, task_function, singleton_state)
+            returns = runner(task)
         except SystemExit as stop:  # an interrupted cell (run.main: exit 130 / 143)
             conn.send_bytes(cloudpickle.dumps(("exit", stop.code)))
             return
-        except Exception as err:  # noqa: BLE001 — Hydra could not set the cell up: it fails alone
-            ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err)
-        conn.send_bytes(cloudpickle.dumps(("done", ret)))
+        except Exception as err:  # noqa: BLE001 — Hydra could not set the task up: its cells fail alone
+            returns = [JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED, _return_value=err)
+                       for job in task]
+        conn.send_bytes(cloudpickle.dumps(("done", returns)))
 
 
 def _receive_job(conn: Connection):
@@ -88,15 +108,15 @@ def _end_with_parent() -> None:
 class Worker:
     process: mp.process.BaseProcess
     conn: Connection
-    job: int | None = None  # position of the cell it runs
+    job: int | None = None  # position of the task it runs
 
 
 class WorkerPool:
-    """``n`` long-lived workers serving the cells of one launch (module docstring)."""
+    """``n`` long-lived workers serving the tasks of one launch with ``runner`` (module docstring)."""
 
-    def __init__(self, n: int, shared: tuple) -> None:
+    def __init__(self, n: int, runner: TaskRunner) -> None:
         self.n = n
-        self.shared = cloudpickle.dumps(shared)
+        self.shared = cloudpickle.dumps((runner, Singleton.get_state()))
         self.shared_file: Path | None = None
         self.context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         self.started = 0
@@ -111,9 +131,10 @@ class WorkerPool:
         self.started += 1
         return Worker(process, parent)
 
-    def run(self, jobs: Sequence[tuple[int, list[str]]],
-            on_return: Callable[[int, JobReturn], None] = lambda pos, ret: None) -> list[JobReturn]:
-        """Each ``(index, overrides)`` run on a worker; the returns in the order of ``jobs``."""
+    def run(self, jobs: Sequence[Sequence[Job]],
+            on_return: Callable[[JobReturn], None] = lambda ret: None) -> list[list[JobReturn]]:
+        """Each task (its cells) run on a worker; its cells' returns, in the order of ``jobs``;
+        ``on_return`` sees each cell's return as its task ends."""
         pending, returns = deque(range(len(jobs))), [None] * len(jobs)
         folder = Path(tempfile.mkdtemp(prefix="ner_lightning_workers_"))
         self.shared_file = folder / "shared.pkl"
@@ -140,9 +161,11 @@ class WorkerPool:
                         returns[pos] = value
                     else:  # interrupted (its exit code), or its worker died (why)
                         exit_code = value if kind == "exit" else exit_code
-                        returns[pos] = JobReturn(overrides=list(jobs[pos][1]), status=JobStatus.FAILED,
-                                                 _return_value=SystemExit(value) if kind == "exit" else value)
-                    on_return(pos, returns[pos])
+                        returns[pos] = [JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED,
+                                                  _return_value=SystemExit(value) if kind == "exit" else value)
+                                        for job in jobs[pos]]
+                    for ret in returns[pos]:
+                        on_return(ret)
                     if kind == "died":
                         workers.remove(w)
                         if pending and exit_code is None:
@@ -170,9 +193,9 @@ class WorkerPool:
         w.process.join(5)
         code = w.process.exitcode
         why = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        log.error("the worker running cell #%d died (%s): that cell failed, the others go on; rerun the sweep to "
-                  "run it again", w.job, why)
-        return "died", WorkerDied(f"the worker process died ({why}) while running this cell")
+        log.error("the worker running task #%d died (%s): its cells failed, the others go on; rerun the sweep to "
+                  "run them again", w.job, why)
+        return "died", WorkerDied(f"the worker process died ({why}) while running this cell's task")
 
     @staticmethod
     def _stop(workers: list[Worker]) -> None:
