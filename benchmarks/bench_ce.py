@@ -59,7 +59,7 @@ from omegaconf import OmegaConf
 
 from ner_lightning.config import compose_config
 from ner_lightning.data.alignment import collate_features
-from ner_lightning.data.datamodule import shared_sorted_batches, sorted_batches
+from ner_lightning.data.batching import shared_sorted_batches, sorted_batches
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, uses_gpu
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.precision import calibration

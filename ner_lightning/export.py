@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 
 from ner_lightning.data.alignment import SubwordAligner, aligner_for, collate_features
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
-from ner_lightning.data.datamodule import sorted_batches
+from ner_lightning.data.batching import sorted_batches
 from ner_lightning.hardware import eval_batch_tokens
 from ner_lightning.model_card import model_card
 from ner_lightning.models.base import NERModule

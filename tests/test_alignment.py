@@ -77,7 +77,7 @@ def test_collate_pads_with_ignore_index(tokenizer):
 def test_evaluation_batches_by_a_token_budget():
     """Sorted by length, cut where one more sentence would make rows x longest exceed the budget;
     every sentence once; without a budget, eval_batch_size sentences a batch."""
-    from ner_lightning.data.datamodule import sorted_batches
+    from ner_lightning.data.batching import sorted_batches
 
     lengths = [5, 9, 3, 3, 12, 7, 4, 30, 8, 6]
     batches = sorted_batches(lengths, 4, lambda items: list(items), length=lambda n: n, max_tokens=24)

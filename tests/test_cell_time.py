@@ -138,31 +138,6 @@ def test_dev_and_test_are_encoded_and_batched_once_for_every_cell_of_a_process(t
     assert [f.labels for f in untyped.features["test"]] != [f.labels for f in a.features["test"]]
 
 
-def test_a_sweep_composes_each_cell_once():
-    from ner_lightning.sweep.sweeper import ComposedOnce
-
-    calls = []
-
-    class Loader:
-        def load_sweep_config(self, master_config, sweep_overrides):
-            from omegaconf import OmegaConf
-
-            calls.append(tuple(sweep_overrides))
-            return OmegaConf.create({"hydra": {"job": {"num": 0}}, "size": sweep_overrides[0]})
-
-    loader, master = ComposedOnce(Loader()), object()
-    first = loader.load_sweep_config(master, ["size=20"])
-    first.hydra.job.num = 3  # the sweeper sets the job's number on what it got
-    second = loader.load_sweep_config(master, ["size=20"])  # the launcher
-    assert calls == [("size=20",)] and second.hydra.job.num == 0
-    loader.load_sweep_config(master, ["size=20"])  # a third call composes afresh
-    assert calls == [("size=20",), ("size=20",)]
-    loader.KEPT = 0  # a grid larger than what the cache keeps: the rest composed twice
-    loader.load_sweep_config(master, ["size=50"])
-    loader.load_sweep_config(master, ["size=50"])
-    assert calls[-2:] == [("size=50",), ("size=50",)]
-
-
 def test_tokenizers_that_split_words_differently_never_share_encoded_splits():
     from transformers import AutoTokenizer
 

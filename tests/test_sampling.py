@@ -105,7 +105,7 @@ def _padded(batches, lengths):
 def test_length_grouped_batches_cover_each_example_once_per_epoch_reproducibly():
     import random
 
-    from ner_lightning.data.datamodule import LengthGroupedBatchSampler
+    from ner_lightning.data.batching import LengthGroupedBatchSampler
 
     lengths = [random.Random(i).randint(3, 60) for i in range(203)]
     s = LengthGroupedBatchSampler(lengths, batch_size=8, seed=5)
@@ -119,7 +119,7 @@ def test_length_grouped_batches_cover_each_example_once_per_epoch_reproducibly()
 
 @pytest.mark.parametrize("n, window", [(50, 1), (100, 3), (400, 12), (100_000, 50)])
 def test_length_window_follows_hugging_faces_rule(n, window):
-    from ner_lightning.data.datamodule import LengthGroupedBatchSampler
+    from ner_lightning.data.batching import LengthGroupedBatchSampler
 
     assert LengthGroupedBatchSampler([5] * n, batch_size=8, seed=0).window == window
     assert LengthGroupedBatchSampler([5] * n, batch_size=8, seed=0, window=2).window == 2
@@ -130,7 +130,7 @@ def test_length_grouping_sorts_within_windows_and_cuts_padding():
     window of a 400-example set pads far less than random batches, and window 1 sorts nothing."""
     import random
 
-    from ner_lightning.data.datamodule import EpochShuffleSampler, LengthGroupedBatchSampler
+    from ner_lightning.data.batching import EpochShuffleSampler, LengthGroupedBatchSampler
 
     rng = random.Random(0)
     lengths = [rng.randint(3, 80) for _ in range(400)]

@@ -8,38 +8,32 @@ manual loop here does each step (fresh forward, backward, clipping, step) and co
 
 Every family's parameters fall in two groups: the pretrained encoder at the optimiser's
 learning rate and everything trained from scratch (heads, CRF transitions, BiLSTM) at one
-``head_lr``, so no family gets a head learning rate another does not. Evaluation collects
-the word predictions of every chunk on the device, moves them to the host once per epoch,
-reassembles whole sentences and scores them with seqeval
-(strict and lenient modes) against the full gold word sequences of the split — in a
-multi-corpus run (``models/heads.py``), each auxiliary corpus's test set with its own head too.
+``head_lr``, so no family gets a head learning rate another does not. Span evaluation:
+``models/evaluation.py``; what a checkpoint carries beyond the weights: ``models/resume_state.py``.
 """
 from __future__ import annotations
 
-from typing import ClassVar, Iterable, Unpack
+from typing import ClassVar, Unpack
 
 import pytorch_lightning as pl
 import torch
-from lightning_fabric.utilities.apply_func import move_data_to_device
 from transformers import get_linear_schedule_with_warmup
 
-from ner_lightning.checkpoint_io import rng_states, set_rng_states
 from ner_lightning.clock import PROCESS
-from ner_lightning.data.alignment import BatchLayout
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
-from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.contracts import FamilySettings, RatePolicy, ScheduleOwner, Step, TrainingRecord
 from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.models.evaluation import SpanEvaluation
+from ner_lightning.models.resume_state import ResumeState
 from ner_lightning.models.step_losses import StepLosses
-from ner_lightning.models.word_grid import RealWords, host_entries, layout_of, sentences_seen, whole_sentences
+from ner_lightning.models.word_grid import RealWords, layout_of
 from ner_lightning.optim import set_pdsca_phase
 
-SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
 MIXED_PRECISION = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # Lightning name -> encoder dtype
 
 
-class NERModule(pl.LightningModule):
+class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
     """Base LightningModule: AdamW-style optimiser with linear warm-up and decay."""
 
     # What the family requires of the data (applied by config.apply_objective_requirements):
@@ -234,69 +228,11 @@ class NERModule(pl.LightningModule):
         super().optimizer_step(*args, **kwargs)
         self.after_optimizer_step()
 
-    # --- resume: what a checkpoint needs beyond weights, optimiser, schedule and loops -----------
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["ner_lightning"] = {
-            "history": self.history, "train_batches": self.train_batches, "forward_passes": self.forward_passes,
-            "rng": rng_states(), "extra_state": self.extra_state(),
-        }
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Resuming a fit restores the training state; loading the best weights to test does not."""
-        from pytorch_lightning.trainer.states import TrainerFn
-
-        if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING or "ner_lightning" not in checkpoint:
-            return
-        state = checkpoint["ner_lightning"]
-        self.history = state["history"]
-        self.train_batches, self.forward_passes = state["train_batches"], state["forward_passes"]
-        self.load_extra_state(state["extra_state"])
-        set_rng_states(state["rng"])
-
-    def extra_state(self) -> dict:
-        """State outside ``state_dict`` that training changes (the AUC losses' a, b, α)."""
-        return {}
-
-    def load_extra_state(self, state: dict) -> None:
-        """Inverse of :meth:`extra_state`."""
-
     def configure_callbacks(self):
         # Lightning refuses automatic clipping under manual optimisation: the module clips.
         if not self.automatic_optimization and self.trainer is not None:
             self.clip_val, self.trainer.gradient_clip_val = self.trainer.gradient_clip_val, None
         return []
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._collect("val", batch)
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._collect("test", batch)
-
-    def _collect(self, stage: str, batch: dict) -> None:
-        """Keep the batch's decoded output on the device with its layout; nothing reaches the
-        host before the epoch ends (:meth:`_host_entries`)."""
-        with self._full_precision():
-            self._predictions[stage].append((self.decode(batch), layout_of(batch)))
-
-    def _host_entries(self, collected: list[tuple[torch.Tensor, BatchLayout]]) -> dict[int, list[tuple]]:
-        """Per corpus index, the :meth:`entry` of every example the epoch decoded (one transfer)."""
-        return host_entries(collected, self.entry)
-
-    def entry(self, layout: BatchLayout, row: int, values: list) -> tuple:
-        """What :meth:`predicted_tags` reassembles of one decoded example: ``(sentence index,
-        word offset, label ids)``."""
-        return layout.sentences[row], layout.offsets[row], values
-
-    @torch.inference_mode()
-    def tag(self, batches: Iterable[dict], lengths: list[int]) -> list[list[str]]:
-        """IOB2 tags of whole sentences (main corpus) from their encoded batches, outside a
-        Trainer (``ner_lightning.predict``); ``lengths``: words per sentence."""
-        collected = []
-        for batch in batches:
-            batch = move_data_to_device(batch, self.device)
-            with self._full_precision():
-                collected.append((self.decode(batch), layout_of(batch)))
-        return self.predicted_tags(self._host_entries(collected).get(0, []), lengths, "predict")
 
     def on_fit_start(self) -> None:
         self._check_framing()
@@ -310,47 +246,6 @@ class NERModule(pl.LightningModule):
             raise ValueError(f"{type(self).__name__} reads data.framing={self.framing} inputs but the data module "
                              f"builds data.framing={framing}: leave data.framing null (the objective's)")
 
-    def on_validation_epoch_end(self) -> None:
-        self._score("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._score("test")
-
-    def _score(self, stage: str) -> None:
-        batches, self._predictions[stage] = self._predictions[stage], []
-        if self.trainer.sanity_checking:
-            return
-        collected = self._host_entries(batches)
-        dm, split = self.trainer.datamodule, SPLIT_OF_STAGE[stage]
-        self.predictions[stage] = {}
-        for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
-            name = dm.corpus_names[c]
-            gold, chunks = dm.gold_tags(split, name), collected.get(c, [])
-            if self._batches_limited(stage):  # debug=fast, limit_val_batches: score the sentences evaluated
-                gold, chunks = sentences_seen(gold, chunks)
-            lengths = [len(g) for g in gold]
-            pred = (self.predicted_tags(chunks, lengths, stage) if c == 0 else
-                    self.predicted_tags(chunks, lengths, f"{stage} {name}", self.id2label_of(name)))
-            self.predictions[stage][name] = pred
-            scores = span_scores(gold, pred)
-            if c:
-                self.aux_scores[name] = scores
-                self.log(f"{stage}_aux/{name}/f1", scores["micro"]["f1"])
-                continue
-            self.scores[stage] = scores
-            flat = flat_scores(scores, stage)
-            if stage == "val":
-                self.history.append({"epoch": self.current_epoch, "batches": self.train_batches,
-                                     "metrics": dict(flat), "scores": scores})
-            self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
-            self.log_dict(flat)
-
-    def _batches_limited(self, stage: str) -> bool:
-        """Whether Lightning evaluated only some batches of the stage (``fast_dev_run``,
-        ``limit_val_batches`` / ``limit_test_batches`` below 1.0)."""
-        limit = self.trainer.limit_val_batches if stage == "val" else self.trainer.limit_test_batches
-        return bool(self.trainer.fast_dev_run) or limit != 1.0
-
     def per_word_classifier(self) -> torch.nn.Linear | None:
         """The linear layer over the encoder's first-sub-word states whose argmax is this family's
         decoding of the main corpus (labels in ``label_set`` order): then a Hugging Face
@@ -361,17 +256,6 @@ class NERModule(pl.LightningModule):
     def head_label_sets(self) -> dict[str, LabelSet]:
         """The label set of each head: the main corpus's (``HeadModule``: and each auxiliary's)."""
         return {MAIN: self.label_set}
-
-    def id2label_of(self, corpus: str) -> dict[int, str]:
-        """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""
-        return self.id2label
-
-    def predicted_tags(self, collected: list, lengths: list[int], stage: str,
-                       id2label: dict[int, str] | None = None) -> list[list[str]]:
-        """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
-        chunk (:meth:`entry`); ``lengths``: words per sentence, each predicted exactly
-        once. ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""
-        return whole_sentences(collected, lengths, id2label or self.id2label, stage)
 
     def optimizer_parameters(self) -> list[dict]:
         """Two groups: the pretrained encoder (optimiser lr) and every parameter trained from

@@ -12,7 +12,6 @@ not stop the others; the sweep exits non-zero at the end if any failed.
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import sys
@@ -20,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from hydra.core.config_loader import ConfigLoader
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -35,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ner_lightning.config import complete_config, label_scheme_needed
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
+from ner_lightning.sweep.composing import ComposedOnce
 from ner_lightning.sweep.identity import identity_of, why_different
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
@@ -85,51 +84,6 @@ def describe_cell(hydra_context: HydraContext, master_config: DictConfig, k: int
     elif cells.unreadable(sweep_dir / subdir / cells.RESULTS):
         cell["rerun_because"] = "its results.json is corrupt"
     return cell
-
-
-class ComposedOnce(ConfigLoader):
-    """Hydra's config loader, composing each cell once per sweep: the sweeper composes every cell
-    to describe it (folder, identity) and the launcher composes it again to run it — the same
-    call (master config, the cell's overrides), about 0.15 s each. The second call gets the first
-    one's config (a copy), and the entry is dropped then: a third call composes afresh. At most
-    ``KEPT`` cells wait (~0.2 MB each); the cells of a larger grid beyond them are composed twice.
-    The cache stays in this process (a launcher's worker composes afresh)."""
-
-    KEPT = 1024
-
-    def __init__(self, loader: ConfigLoader):
-        self.loader = loader
-        self._composed: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
-
-    def __getstate__(self) -> dict:
-        return {"loader": self.loader, "_composed": {}}
-
-    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        key = (id(master_config), tuple(sweep_overrides))
-        if key in self._composed:
-            return self._composed.pop(key)
-        composed = self.loader.load_sweep_config(master_config, list(sweep_overrides))
-        if len(self._composed) < self.KEPT:
-            self._composed[key] = copy.deepcopy(composed)
-        return composed
-
-    def load_configuration(self, *args, **kwargs):
-        return self.loader.load_configuration(*args, **kwargs)
-
-    def get_search_path(self):
-        return self.loader.get_search_path()
-
-    def get_sources(self):
-        return self.loader.get_sources()
-
-    def list_groups(self, parent_name: str):
-        return self.loader.list_groups(parent_name)
-
-    def get_group_options(self, *args, **kwargs):
-        return self.loader.get_group_options(*args, **kwargs)
-
-    def compute_defaults_list(self, *args, **kwargs):
-        return self.loader.compute_defaults_list(*args, **kwargs)
 
 
 def run_exclusively(sweep_dir: Path, sweep: Callable[[], Any]) -> Any:

@@ -1,0 +1,107 @@
+"""Span evaluation, shared by every objective family (a mixin of ``NERModule``): the word
+predictions of every chunk collected on the device, moved to the host once per epoch,
+reassembled into whole sentences and scored with seqeval (strict and lenient modes) against the
+full gold word sequences of the split — in a multi-corpus run (``models/heads.py``), each
+auxiliary corpus's test set with its own head too. The module provides ``decode(batch)``,
+``_full_precision()``, ``id2label`` and the stores ``_predictions``, ``predictions``,
+``scores``, ``aux_scores`` and ``history``."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from lightning_fabric.utilities.apply_func import move_data_to_device
+
+from ner_lightning.data.alignment import BatchLayout
+from ner_lightning.metrics import flat_scores, span_scores
+from ner_lightning.models.word_grid import host_entries, layout_of, sentences_seen, whole_sentences
+
+SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
+
+
+class SpanEvaluation:
+    """Lightning's validation and test hooks of a family: collect, reassemble, score, log."""
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._collect("val", batch)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._collect("test", batch)
+
+    def _collect(self, stage: str, batch: dict) -> None:
+        """Keep the batch's decoded output on the device with its layout; nothing reaches the
+        host before the epoch ends (:meth:`_host_entries`)."""
+        with self._full_precision():
+            self._predictions[stage].append((self.decode(batch), layout_of(batch)))
+
+    def _host_entries(self, collected: list[tuple[torch.Tensor, BatchLayout]]) -> dict[int, list[tuple]]:
+        """Per corpus index, the :meth:`entry` of every example the epoch decoded (one transfer)."""
+        return host_entries(collected, self.entry)
+
+    def entry(self, layout: BatchLayout, row: int, values: list) -> tuple:
+        """What :meth:`predicted_tags` reassembles of one decoded example: ``(sentence index,
+        word offset, label ids)``."""
+        return layout.sentences[row], layout.offsets[row], values
+
+    @torch.inference_mode()
+    def tag(self, batches: Iterable[dict], lengths: list[int]) -> list[list[str]]:
+        """IOB2 tags of whole sentences (main corpus) from their encoded batches, outside a
+        Trainer (``ner_lightning.predict``); ``lengths``: words per sentence."""
+        collected = []
+        for batch in batches:
+            batch = move_data_to_device(batch, self.device)
+            with self._full_precision():
+                collected.append((self.decode(batch), layout_of(batch)))
+        return self.predicted_tags(self._host_entries(collected).get(0, []), lengths, "predict")
+
+    def on_validation_epoch_end(self) -> None:
+        self._score("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._score("test")
+
+    def _score(self, stage: str) -> None:
+        batches, self._predictions[stage] = self._predictions[stage], []
+        if self.trainer.sanity_checking:
+            return
+        collected = self._host_entries(batches)
+        dm, split = self.trainer.datamodule, SPLIT_OF_STAGE[stage]
+        self.predictions[stage] = {}
+        for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
+            name = dm.corpus_names[c]
+            gold, chunks = dm.gold_tags(split, name), collected.get(c, [])
+            if self._batches_limited(stage):  # debug=fast, limit_val_batches: score the sentences evaluated
+                gold, chunks = sentences_seen(gold, chunks)
+            lengths = [len(g) for g in gold]
+            pred = (self.predicted_tags(chunks, lengths, stage) if c == 0 else
+                    self.predicted_tags(chunks, lengths, f"{stage} {name}", self.id2label_of(name)))
+            self.predictions[stage][name] = pred
+            scores = span_scores(gold, pred)
+            if c:
+                self.aux_scores[name] = scores
+                self.log(f"{stage}_aux/{name}/f1", scores["micro"]["f1"])
+                continue
+            self.scores[stage] = scores
+            flat = flat_scores(scores, stage)
+            if stage == "val":
+                self.history.append({"epoch": self.current_epoch, "batches": self.train_batches,
+                                     "metrics": dict(flat), "scores": scores})
+            self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
+            self.log_dict(flat)
+
+    def _batches_limited(self, stage: str) -> bool:
+        """Whether Lightning evaluated only some batches of the stage (``fast_dev_run``,
+        ``limit_val_batches`` / ``limit_test_batches`` below 1.0)."""
+        limit = self.trainer.limit_val_batches if stage == "val" else self.trainer.limit_test_batches
+        return bool(self.trainer.fast_dev_run) or limit != 1.0
+
+    def id2label_of(self, corpus: str) -> dict[int, str]:
+        """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""
+        return self.id2label
+
+    def predicted_tags(self, collected: list, lengths: list[int], stage: str,
+                       id2label: dict[int, str] | None = None) -> list[list[str]]:
+        """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
+        chunk (:meth:`entry`); ``lengths``: words per sentence, each predicted exactly
+        once. ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""
+        return whole_sentences(collected, lengths, id2label or self.id2label, stage)
