@@ -34,7 +34,7 @@ def _pin_tiny_encoder_precision() -> None:
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         tiny = OmegaConf.to_container(compose("config", overrides=["model=tiny"]).model, resolve=True)
     names, _ = precision.candidates("cpu")
-    key = precision._key(precision._device_name("cpu"), tiny, names)
+    key = precision._key(precision.device_label("cpu"), tiny, names)
     entry = {"train": "32-true", "eval": "32-true", "measured": None,
              "why": "the test suite's choice for the tiny encoder (tests/conftest.py), not measured"}
     write_json_atomic(precision.cache_path(), {key: entry})

@@ -5,7 +5,7 @@ import statistics
 import pytest
 from omegaconf import OmegaConf
 
-from ner_lightning import precision
+from ner_lightning import precision, precision_measure
 
 TINY = None
 
@@ -120,7 +120,7 @@ def test_every_cell_of_a_sweep_resolves_the_same_precision(timing, toy_cfg, monk
 def test_the_measurement_runs_the_real_encoder_in_interleaved_timed_rounds(tiny, monkeypatch):
     import time
 
-    monkeypatch.setattr(precision, "ROUND_S", 0.05)
+    monkeypatch.setattr(precision_measure, "ROUND_S", 0.05)
     t0 = time.perf_counter()
     out = precision.measure_rounds(tiny, ["32-true", "bf16-mixed"], "cpu")
     assert time.perf_counter() - t0 >= 2 * 2 * precision.ROUNDS * 0.05  # every round lasted its minimum
