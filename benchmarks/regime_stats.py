@@ -17,8 +17,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from ner_lightning.config import CONFIG_DIR
+from ner_lightning.data.augmentation import augment
 from ner_lightning.data.regimes import (
-    RESAMPLING_METHODS, augment, balanced_undersample, imbalance_sample, resample, share_bounds,
+    RESAMPLING_METHODS, balanced_undersample, imbalance_sample, resample, share_bounds,
     training_set_stats,
 )
 from ner_lightning.data.sampling import partition_rng, sample_partition

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from ner_lightning.data.corpus import Sentence
+from ner_lightning.data.augmentation import augment
 from ner_lightning.data.regimes import (
-    augment, balanced_undersample, imbalance_sample, project_entity_types, resample,
+    balanced_undersample, imbalance_sample, project_entity_types, resample,
     resampling_counts, share_bounds, training_set_stats,
 )
 

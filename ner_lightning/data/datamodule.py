@@ -9,17 +9,31 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader
 
-from ner_lightning.data.alignment import SPAN_TAGS, Feature, aligner_for, collate_features
+from ner_lightning.data.alignment import (
+    SPAN_TAGS,
+    Feature,
+    aligner_for,
+    collate_features,
+)
+from ner_lightning.data.augmentation import augment
 from ner_lightning.data.batching import (
-    EpochShuffleSampler, LengthGroupedBatchSampler, as_built, shared_sorted_batches, sorted_batches,
+    EpochShuffleSampler,
+    LengthGroupedBatchSampler,
+    as_built,
+    shared_sorted_batches,
+    sorted_batches,
 )
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
 from ner_lightning.data.regimes import (
-    UNTYPED, augment, balanced_undersample, imbalance_sample, project_entity_types, resample,
-    training_set_stats, untyped,
+    UNTYPED,
+    balanced_undersample,
+    imbalance_sample,
+    project_entity_types,
+    resample,
+    training_set_stats,
+    untyped,
 )
 from ner_lightning.data.sampling import check_partition, partition_rng, sample_partition
-
 
 MAIN = "main"  # the head / corpus key of the main corpus
 

@@ -15,7 +15,6 @@ import argparse
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-
 from ner_lightning.config import compose_config
 
 HF_SPLIT = {"train": "train", "dev": "validation", "test": "test"}

@@ -24,8 +24,8 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from ner_lightning.data.alignment import collate_features
-from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
 from ner_lightning.data.batching import EpochForwarding, as_built
+from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
 from ner_lightning.data.datamodule import MAIN, LowResourceDataModule
 from ner_lightning.data.sampling import sample_partition
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule
