@@ -4,7 +4,8 @@
 ``status`` reads the manifest (the whole grid) and each cell's ``cell.json`` / ``results.json`` /
 ``failure.json``: done, failed, interrupted, running and missing cells, time per finished cell
 and an ETA (remaining cells × mean cell time / cells running now), and how many cells run on each
-device (``running: gpu 0 x4, gpu 1 x4``). ``--cells`` lists every cell, with its device.
+device (``running: gpu 0 x4, gpu 1 x4``); a finished cell whose module of the user's own has
+changed since it ran is named (a rerun trains it again). ``--cells`` lists every cell, with its device.
 
 ``export`` copies the manifest, ``multirun.yaml`` and each finished cell's ``results.json``
 (and a tuning trial's ``tune.json``) — no checkpoints, logs or partial cells — into a folder
@@ -30,7 +31,7 @@ from pathlib import Path
 from ner_lightning import run_store
 from ner_lightning.results import time_spent, write_json_atomic
 from ner_lightning.sweep import cells
-from ner_lightning.sweep.identity import accelerator_restored
+from ner_lightning.sweep.identity import accelerator_restored, user_code_changed
 
 STATES = ("done", "failed", "interrupted", "running", "missing")
 
@@ -48,6 +49,8 @@ def sweep_status(sweep_dir: Path) -> dict:
             st = {"state": "failed", "failure": {"error": c["last_error"]}, "record": None}
         if st["state"] == "done" and c.get("config_sha256") and st["results"].get("config_sha256") != c["config_sha256"]:
             st = {"state": "missing", "record": st["record"], "note": "results.json of another config"}
+        elif st["state"] == "done" and (changed := user_code_changed(st["results"])):
+            st["note"] = f"your module {', '.join(changed)} changed since it ran: a rerun trains it again"
         rows.append({**c, **st})
     return {"manifest": manifest, "rows": rows, "counts": Counter(r["state"] for r in rows)}
 
@@ -172,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["state"] in ("failed", "interrupted") and r.get("failure"):
             print(f"  {r['state']}: {r['dir']}: {r['failure'].get('error', '')[:200]}")
+        elif r.get("note"):
+            print(f"  {r['state']}: {r.get('dir', '?')}: {r['note']}")
     return 0 if counts.get("done", 0) == len(rows) else 1
 
 

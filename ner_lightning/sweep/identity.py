@@ -5,18 +5,25 @@
   and not *what* (output folders, logger, W&B names, process settings, progress bar, workers,
   the folder a corpus or a local encoder lies in);
 * ``inputs`` — a fingerprint of the files it reads: each corpus's split files (main and
-  auxiliary) and a local encoder's folder (content sha256, cached per file size and mtime).
+  auxiliary), a local encoder's folder (content sha256, cached per file size and mtime) and the
+  source file of every module of the user's own whose class the config instantiates
+  (``code:<module>``, :func:`user_modules`).
 
 Two cells with the same identity train the same model on the same data; a changed corpus copy
-(``NER_DATA_DIR``), a changed default or another precision is another cell. The code version is
-recorded in results.json (:func:`code_version`), not hashed: a fix must not rerun a finished grid.
+(``NER_DATA_DIR``), a changed default, another precision or a changed module of the user's
+(a loss class of one's own, say) is another cell: that module is the experiment's, so a rerun
+trains its cells again and says which module changed. The package's own code version is recorded
+in results.json (:func:`code_version`), not hashed: a fix must not rerun a finished grid.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
 import json
+import site
 import subprocess
+import sysconfig
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -61,6 +68,58 @@ def _local_folder(value) -> Path | None:
     return Path(value) if isinstance(value, str) and Path(value).is_dir() else None
 
 
+def _targets(node) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["_target_"]] if isinstance(node.get("_target_"), str) else []
+        return own + [t for value in node.values() for t in _targets(value)]
+    if isinstance(node, list):
+        return [t for value in node for t in _targets(value)]
+    return []
+
+
+def module_file(target: str) -> tuple[str, Path] | None:
+    """The module (the longest importable prefix of ``target``) and its source file, found on
+    ``sys.path`` as ``import`` would find it, without importing (running) anything."""
+    parts, found, search = target.split("."), None, None
+    for k in range(len(parts)):
+        spec = PathFinder.find_spec(".".join(parts[:k + 1]), search)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            break
+        found, search = (".".join(parts[:k + 1]), Path(spec.origin)), spec.submodule_search_locations
+        if search is None:
+            break
+    return found
+
+
+_INSTALLED = tuple(Path(p).resolve() for p in [
+    *(sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")),
+    *site.getsitepackages(), site.getusersitepackages()] if p)
+
+
+def user_modules(resolved: dict) -> dict[str, Path]:
+    """The modules of the user's own that the config instantiates from: a ``_target_``'s module
+    outside this package and outside the interpreter's installed packages and standard library."""
+    found = {}
+    for target in _targets(resolved):
+        located = None if target.split(".")[0] == "ner_lightning" else module_file(target)
+        if located is not None and not any(located[1].resolve().is_relative_to(p) for p in _INSTALLED):
+            found[located[0]] = located[1]
+    return found
+
+
+def user_code_changed(results: dict) -> list[str]:
+    """The modules of the user's own that a finished cell (its results.json) ran with and that
+    have changed (or cannot be found) since: a rerun of its sweep trains it again."""
+    recorded = ((results.get("identity") or {}).get("inputs") or {}).items()
+    changed = []
+    for key, sha in recorded:
+        if key.startswith("code:"):
+            located = module_file(key.removeprefix("code:"))
+            if located is None or file_sha256(located[1]) != sha:
+                changed.append(key.removeprefix("code:"))
+    return changed
+
+
 def inputs(resolved: dict) -> dict[str, str]:
     """Fingerprints of the files a cell reads (see the module docstring)."""
     dataset = resolved.get("dataset") or {}
@@ -70,6 +129,8 @@ def inputs(resolved: dict) -> dict[str, str]:
     folder = _local_folder((resolved.get("model") or {}).get("name_or_path"))
     if folder is not None:
         found["model"] = _folder_sha256(folder)
+    for module, path in sorted(user_modules(resolved).items()):
+        found[f"code:{module}"] = file_sha256(path)
     return found
 
 
@@ -133,6 +194,9 @@ def why_different(old: dict | None, new: dict, new_config: dict) -> str:
     before = old["identity"]
     changed = sorted(k for k in set(before["inputs"]) | set(new["inputs"])
                      if before["inputs"].get(k) != new["inputs"].get(k))
+    code = [k.removeprefix("code:") for k in changed if k.startswith("code:")]
+    if code:
+        return f"your module {', '.join(code)} changed since it ran"
     if changed:
         return f"other input files: {', '.join(changed)}"
     before, after = flat(settings(old.get("config") or {})), flat(settings(new_config))
