@@ -12,7 +12,8 @@ the config Hydra's own composition gives (``tests/test_composing.py`` compares t
   assignments, is that cell's config (a copy) with its own values set as Hydra sets a ``key=value``
   override (``OmegaConf.update(..., merge=True)``) and its own ``hydra.overrides.task`` and
   ``hydra.job.override_dirname``. Anything else (``+key``, ``~key``, ``hydra.*`` overrides, a new
-  group choice, a value that does not apply) is composed by Hydra.
+  group choice, a key the template lacks or holds a whole node at, a value that does not apply) is
+  composed by Hydra.
 
 The caches stay in this process; a worker process builds its own.
 """
@@ -91,6 +92,8 @@ class ComposedOnce(ConfigLoader):
             values = self._values(parsed, choices)
             if values is None or self._shape(master_config, parsed, choices) != shape:
                 continue
+            if any(OmegaConf.is_config(OmegaConf.select(template, o.key_or_group, default=template)) for o in values):
+                return None  # a value override of a whole node (or of a key it lacks): Hydra's to compose
             cfg = copy.deepcopy(template)
             try:
                 for o in values:
