@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from ner_lightning.data.corpus import CorpusFormatError, read_conll, write_conll
+from ner_lightning.data.column_files import CorpusFormatError, write_conll
+from ner_lightning.data.corpus import read_conll
 from ner_lightning.trust import add_trust_options, trust_of
 
 WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+(?:[-'’]\w+)*|[^\w\s]")

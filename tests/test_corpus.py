@@ -1,7 +1,8 @@
 import pytest
 
+from ner_lightning.data.column_files import CorpusFormatError
 from ner_lightning.data.corpus import (
-    CorpusFormatError, LabelSet, carve_dev, iob1_to_iob2, load_corpus, read_conll, split_tag,
+    LabelSet, carve_dev, iob1_to_iob2, load_corpus, read_conll, split_tag,
 )
 from tests.conftest import TOY_SENTENCES, write_conll2003, write_tsv
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from ner_lightning.data.corpus import write_conll
+from ner_lightning.data.column_files import write_conll
 from ner_lightning.results import best_epoch
 
 

@@ -20,12 +20,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ner_lightning.data.column_files import CorpusFormatError, columns, text_lines
+
 OUTSIDE = "O"
 UNTYPED = "ENT"  # the one entity type of data.label_scheme=untyped (regimes.untyped)
-
-
-class CorpusFormatError(ValueError):
-    """A corpus file does not have the expected layout; the message names file and line."""
 
 
 @dataclass(frozen=True)
@@ -177,14 +175,14 @@ def _parsed(path: Path, size: int, mtime_ns: int, delimiter: str, tag_scheme: st
 
     prev_type: str | None = None  # entity type of the previous token (None: O or sentence start)
     checked: dict[tuple[str, str | None], str | None] = {}  # (tag, previous type) -> its type, once checked
-    for lineno, line in _text_lines(path):
+    for lineno, line in text_lines(path):
         if not line.strip() or line.startswith("-DOCSTART-"):
             flush()
             prev_type = None
             continue
         cols = line.split(delimiter)
         if len(cols) != n_cols:  # the first token line, or a wrong one: checked, naming the line
-            cols, n_cols = _columns(line, delimiter, n_cols, f"{path}:{lineno}: {line!r}")
+            cols, n_cols = columns(line, delimiter, n_cols, f"{path}:{lineno}: {line!r}")
         token, tag = cols[0], cols[tag_column]
         if not token:
             raise CorpusFormatError(f"{path}:{lineno}: {line!r}: empty token")
@@ -198,59 +196,6 @@ def _parsed(path: Path, size: int, mtime_ns: int, delimiter: str, tag_scheme: st
     if not sentences:
         raise CorpusFormatError(f"{path}: no sentences found")
     return tuple(sentences)
-
-
-def write_conll(path: str | os.PathLike, tokens: Sequence[Sequence[str]], *columns: Sequence[Sequence[str]]) -> Path:
-    """One word per line, its token and its tag in each of ``columns``, tab-separated; a blank line
-    after each sentence (what :func:`read_conll` reads). Written atomically."""
-    from ner_lightning.results import write_atomic
-
-    lines = []
-    for i, words in enumerate(tokens):
-        rows = zip(words, *(column[i] for column in columns))
-        lines.append("".join("\t".join(row) + "\n" for row in rows) + "\n")
-    return write_atomic(path, lambda fh: fh.write("".join(lines).encode()), fsync=False)
-
-
-def _text_lines(path: Path) -> Iterable[tuple[int, str]]:
-    """(line number, line without its end) of a UTF-8 file, decoded at once; a file that is not
-    UTF-8 is read again line by line to name the line (:func:`_decoded_lines`)."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        yield from _decoded_lines(path)  # raises, naming the line
-        return
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        yield lineno, line.rstrip("\r")
-
-
-def _decoded_lines(path: Path) -> Iterable[tuple[int, str]]:
-    """(line number, line without its end) of a UTF-8 file; other bytes name their line."""
-    with path.open("rb") as fh:
-        for lineno, raw_bytes in enumerate(fh, start=1):
-            try:
-                raw = raw_bytes.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise CorpusFormatError(
-                    f"{path}:{lineno}: not UTF-8 (byte {raw_bytes[err.start]:#04x} at column {err.start + 1}); "
-                    "re-encode the file, e.g. `iconv -f latin1 -t utf-8 in > out`"
-                ) from None
-            yield lineno, raw.rstrip("\n").rstrip("\r")
-
-
-def _columns(line: str, delimiter: str, n_cols: int | None, where: str) -> tuple[list[str], int]:
-    """The line's columns and the file's column count (set by its first token line)."""
-    cols = line.split(delimiter)
-    if n_cols is None:
-        n_cols = len(cols)
-        if n_cols < 2:
-            raise CorpusFormatError(
-                f"{where}: expected at least 2 columns separated by {delimiter!r} "
-                "(token ... tag); check the dataset's `delimiter` setting"
-            )
-    if len(cols) != n_cols:
-        raise CorpusFormatError(f"{where}: {len(cols)} columns, but this file's first token line has {n_cols}")
-    return cols, n_cols
 
 
 def _entity_type(tag: str, tag_scheme: str, prev_type: str | None, allowed: set[str] | None,
