@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep_fit import Member, config_refusal, fit_group
@@ -204,10 +204,3 @@ class LockstepLauncher(ParallelLauncher):
                     progress(ret)
         by_index = {job.index: ret for task, rets in zip(tasks, returned) for job, ret in zip(task, rets)}
         return [by_index[job.index] for job in jobs]
-
-    def _compose(self, idx: int, overrides: list[str]) -> DictConfig:
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        with open_dict(config):
-            config.hydra.job.id = idx
-            config.hydra.job.num = idx
-        return config

@@ -67,13 +67,18 @@ class LocalLauncher(Launcher):
             log_progress(returns, len(job_overrides), time.monotonic() - started)
         return returns
 
-    def _run(self, idx: int, overrides: list[str]) -> JobReturn:
+    def _compose(self, idx: int, overrides: list[str]) -> DictConfig:
+        """Cell ``idx``'s sweep config (the sweeper's composition, ``sweep.composing``)."""
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = idx
             sweep_config.hydra.job.num = idx
-        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
-                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        return sweep_config
+
+    def _run(self, idx: int, overrides: list[str]) -> JobReturn:
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function,
+                       config=self._compose(idx, overrides), job_dir_key="hydra.sweep.dir",
+                       job_subdir_key="hydra.sweep.subdir")
 
 
 @dataclass
