@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install run sweep test test-fast bench gpu-check slurm-check clean
+.PHONY: help install run sweep lint test test-fast bench gpu-check slurm-check clean
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
@@ -32,7 +32,11 @@ run: install  ## the default job: CE, MiniLM, real CoNLL-2003, size 50, partitio
 sweep: install  ## the 2-cell example grid: loss=ce x size=20,50
 	$(BIN)/python -m ner_lightning.run -m loss=ce size=20,50
 
-test: install  ## the whole test suite (incl. the slow multirun tests)
+lint: install  ## ruff (lint and format check) over the package; rules in pyproject.toml
+	$(BIN)/ruff check ner_lightning hydra_plugins
+	$(BIN)/ruff format --check ner_lightning hydra_plugins
+
+test: lint  ## the lint checks, then the whole test suite (incl. the slow multirun tests)
 	$(BIN)/python -m pytest -q -n auto
 
 test-fast: install  ## tests without the subprocess multiruns

@@ -1,5 +1,6 @@
 """Building one run from its config: the data module, the objective family, the callbacks, the
 loggers and the Trainer (``ner_lightning.protocols`` runs what this builds)."""
+
 from __future__ import annotations
 
 import logging
@@ -31,15 +32,23 @@ def check_protocol(cfg: DictConfig) -> None:
     """Refuse configs whose model selection would read the training data, or whose training would
     never end (``trainer=batch_budget`` without the budget of ``callbacks=batch_budget``)."""
     max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
-    if cfg.trainer.get("max_epochs") == -1 and max_steps in (None, -1) and not (cfg.get("callbacks") or {}).get("batch_budget"):
-        raise ValueError("trainer.max_epochs=-1 (trainer=batch_budget) with nothing that ends training: add "
-                         "callbacks=batch_budget (the budget in batches, callbacks.batch_budget.batches) or set "
-                         "trainer.max_steps")
+    if (
+        cfg.trainer.get("max_epochs") == -1
+        and max_steps in (None, -1)
+        and not (cfg.get("callbacks") or {}).get("batch_budget")
+    ):
+        raise ValueError(
+            "trainer.max_epochs=-1 (trainer=batch_budget) with nothing that ends training: add "
+            "callbacks=batch_budget (the budget in batches, callbacks.batch_budget.batches) or set "
+            "trainer.max_steps"
+        )
     ckpt = (cfg.get("callbacks") or {}).get("model_checkpoint")
     if cfg.data.get("train_on_dev") and ckpt and ckpt.get("monitor") is not None:
-        raise ValueError("data.train_on_dev=true trains on the dev sentences, so selecting the checkpoint on dev "
-                         f"({ckpt.monitor}) would select on training data: set callbacks.model_checkpoint.monitor=null "
-                         "and callbacks.early_stopping=null to test the final model (experiment=munch_paper does)")
+        raise ValueError(
+            "data.train_on_dev=true trains on the dev sentences, so selecting the checkpoint on dev "
+            f"({ckpt.monitor}) would select on training data: set callbacks.model_checkpoint.monitor=null "
+            "and callbacks.early_stopping=null to test the final model (experiment=munch_paper does)"
+        )
 
 
 def build_module(cfg: DictConfig, encoder, datamodule) -> pl.LightningModule:
@@ -52,7 +61,9 @@ def build_datamodule(cfg: DictConfig, tokenizer) -> pl.LightningDataModule:
     every ``data`` key on top of its own (the main corpus exactly as a single-corpus run has it)."""
     if cfg.multitask.get("datamodule") is None:
         return instantiate(cfg.data, tokenizer=tokenizer)
-    main = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k not in ("_target_", "tokenizer")}
+    main = {
+        k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k not in ("_target_", "tokenizer")
+    }
     return instantiate(cfg.multitask.datamodule, tokenizer=tokenizer, **main)
 
 
@@ -82,8 +93,9 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:
     """The Trainer with the run's callbacks and loggers (the grid keys logged on top)."""
     callbacks = build_callbacks(cfg)
     loggers = _instantiate_group(cfg.get("logger"))
-    precision = trainer_precision(cfg.trainer.precision, cfg.trainer.accelerator,
-                                  instantiate(cfg.trainer.get("plugins")))
+    precision = trainer_precision(
+        cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins"))
+    )
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **precision)
     grid = grid_keys(cfg, overrides())
     for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"

@@ -2,6 +2,7 @@
 a cell trained in a lockstep group (``lockstep_fit``): who the cell is (:class:`Cell`), its set-up
 (:func:`setup_cell`: encoder, partition, family, Trainer) and its end (:func:`finish_cell`: test
 with the selected weights, ``results.json``, export, checkpoint clean-up)."""
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,14 @@ from ner_lightning.clock import PROCESS
 from ner_lightning.export import export_model, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap
 from ner_lightning.precision import recorded
-from ner_lightning.results import (CellResult, assemble_result, best_epoch, contributed_sections, grid_keys,
-                                   write_json_atomic)
+from ner_lightning.results import (
+    CellResult,
+    assemble_result,
+    best_epoch,
+    contributed_sections,
+    grid_keys,
+    write_json_atomic,
+)
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import code_version
 from ner_lightning.wandb_logging import log_prediction_tables, summarise_wandb
@@ -58,7 +65,7 @@ class Cell:
     def config_sha256(self) -> str | None:
         return self.identity["sha256"] if self.identity else None
 
-    def named(self, suffix: str) -> "Cell":
+    def named(self, suffix: str) -> Cell:
         return Cell(f"{self.prefix} {suffix}", self.device, self.identity, self.progress)
 
 
@@ -115,8 +122,14 @@ def fit_and_finish(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | Non
     return finish_cell(cfg, cell, run, resume, ckpt)
 
 
-def finish_cell(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | None, ckpt: str | None,
-                position: tuple[int, int] | None = None) -> CellResult:
+def finish_cell(
+    cfg: DictConfig,
+    cell: Cell,
+    run: CellRun,
+    resume: Path | None,
+    ckpt: str | None,
+    position: tuple[int, int] | None = None,
+) -> CellResult:
     """Test with the selected weights (the checkpoint ``ckpt``, or those in the module), write
     ``results.json`` (with the cell's share of the process's time), export and clean up.
     ``position``: (epochs, optimiser steps) of a fit the Trainer did not run (a lockstep group's)."""
@@ -157,15 +170,25 @@ def loadable(path: Path) -> bool:
 
 def log_partition(cfg: DictConfig, prefix: str, partition: dict) -> None:
     before, after = partition["training_set"]["before"], partition["training_set"]["after"]
-    log.info("%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
-             "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
-             prefix, partition["size"], cfg.dataset.name, partition["sha256"][:12], 100 * before["entity_token_share"],
-             after["sentences"], after["tokens"], 100 * after["entity_token_share"],
-             partition["dev_sentences"], partition["test_sentences"])
+    log.info(
+        "%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
+        "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
+        prefix,
+        partition["size"],
+        cfg.dataset.name,
+        partition["sha256"][:12],
+        100 * before["entity_token_share"],
+        after["sentences"],
+        after["tokens"],
+        100 * after["entity_token_share"],
+        partition["dev_sentences"],
+        partition["test_sentences"],
+    )
 
 
 def log_model(cfg: DictConfig, prefix: str, module: pl.LightningModule, trainer: pl.Trainer) -> None:
     """One line for what Lightning's model summary table says (``trainer.enable_model_summary``)."""
+
     def count(n: int) -> str:
         return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K" if n >= 1e3 else str(n)
 
@@ -173,14 +196,31 @@ def log_model(cfg: DictConfig, prefix: str, module: pl.LightningModule, trainer:
     heads = sum(p.numel() for p in module.parameters()) - encoder
     frozen = ", frozen" if module.encoder.frozen else ""
     config = module.encoder.model.config.to_dict()
-    log.info("%s | %s on a %s-layer %s encoder (%s parameters%s) + heads of %s | precision: training %s, "
-             "evaluation %s", prefix, type(module).__name__, config.get("num_hidden_layers", "?"), config["model_type"],
-             count(encoder), frozen, count(heads), trainer.precision,
-             module.eval_precision or OmegaConf.select(cfg, "callbacks.eval_precision.precision") or trainer.precision)
+    log.info(
+        "%s | %s on a %s-layer %s encoder (%s parameters%s) + heads of %s | precision: training %s, evaluation %s",
+        prefix,
+        type(module).__name__,
+        config.get("num_hidden_layers", "?"),
+        config["model_type"],
+        count(encoder),
+        frozen,
+        count(heads),
+        trainer.precision,
+        module.eval_precision or OmegaConf.select(cfg, "callbacks.eval_precision.precision") or trainer.precision,
+    )
 
 
-def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callbacks: list, partition: dict,
-                resume: Path | None, ckpt: str | None, position: tuple[int, int] | None = None) -> CellResult:
+def cell_result(
+    cfg: DictConfig,
+    cell: Cell,
+    trainer: pl.Trainer,
+    module,
+    callbacks: list,
+    partition: dict,
+    resume: Path | None,
+    ckpt: str | None,
+    position: tuple[int, int] | None = None,
+) -> CellResult:
     """Fill the ``results.json`` schema from what the fit and test left: the module's record, the
     trainer's counters, and every section the callbacks declare (``results.ResultSection``,
     ``results.assemble_result``); its
@@ -190,28 +230,51 @@ def cell_result(cfg: DictConfig, cell: Cell, trainer: pl.Trainer, module, callba
     best = best_epoch(record.history, cfg.monitor) if record.history else None
     if record.history and trainer.checkpoint_callback is not None and trainer.checkpoint_callback.monitor is None:
         best = record.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
-    return assemble_result(dict(
-        status="ok", cell=cell.prefix, overrides=overrides(), config_sha256=cell.config_sha256, device=cell.device,
-        resumed_from=str(resume) if resume else None, finished=cells.now(), grid=grid_keys(cfg, overrides()),
-        config=OmegaConf.to_container(cfg, resolve=True),
-        partition={k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
-        partition_file="partition.json",
-        training_set={k: partition["training_set"][k] for k in ("regime", "before", "after", "sha256")},
-        dev=best["scores"] if best else None, best_epoch=best["epoch"] if best else None,
-        best_batch=best.get("batches") if best else None, monitor=cfg.monitor,
-        dev_monitor=best["metrics"][cfg.monitor] if best else None,
-        test=record.test, test_aux=record.test_aux or None,
-        epochs=epochs, global_steps=steps,
-        compute={"train_batches": record.train_batches, "optimizer_steps": steps,
-                 "train_forward_passes": record.forward_passes, "init_seed": cfg.init_seed,
-                 "encoder_lr": cfg.optimizer.get("lr"), "head_lr": cfg.loss.get("head_lr")},
-        checkpoint=ckpt if cfg.keep_checkpoint else None,
-        wall_time_s=0.0, phase_s={},
-        precision={"train": str(trainer.precision), "eval": record.eval_precision or str(trainer.precision),
-                   "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True))},
-        identity=cell.identity, code=code_version(),
-        labels={name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
-    ), contributed_sections(callbacks, Path(cfg.paths.output_dir)))
+    return assemble_result(
+        dict(
+            status="ok",
+            cell=cell.prefix,
+            overrides=overrides(),
+            config_sha256=cell.config_sha256,
+            device=cell.device,
+            resumed_from=str(resume) if resume else None,
+            finished=cells.now(),
+            grid=grid_keys(cfg, overrides()),
+            config=OmegaConf.to_container(cfg, resolve=True),
+            partition={k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
+            partition_file="partition.json",
+            training_set={k: partition["training_set"][k] for k in ("regime", "before", "after", "sha256")},
+            dev=best["scores"] if best else None,
+            best_epoch=best["epoch"] if best else None,
+            best_batch=best.get("batches") if best else None,
+            monitor=cfg.monitor,
+            dev_monitor=best["metrics"][cfg.monitor] if best else None,
+            test=record.test,
+            test_aux=record.test_aux or None,
+            epochs=epochs,
+            global_steps=steps,
+            compute={
+                "train_batches": record.train_batches,
+                "optimizer_steps": steps,
+                "train_forward_passes": record.forward_passes,
+                "init_seed": cfg.init_seed,
+                "encoder_lr": cfg.optimizer.get("lr"),
+                "head_lr": cfg.loss.get("head_lr"),
+            },
+            checkpoint=ckpt if cfg.keep_checkpoint else None,
+            wall_time_s=0.0,
+            phase_s={},
+            precision={
+                "train": str(trainer.precision),
+                "eval": record.eval_precision or str(trainer.precision),
+                "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True)),
+            },
+            identity=cell.identity,
+            code=code_version(),
+            labels={name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
+        ),
+        contributed_sections(callbacks, Path(cfg.paths.output_dir)),
+    )
 
 
 def log_result(cfg: DictConfig, r: CellResult) -> None:
@@ -220,9 +283,19 @@ def log_result(cfg: DictConfig, r: CellResult) -> None:
     log.info(
         "%s | %s | %s labels | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f lenient F1 %.4f "
         "| %d epochs, %d steps | %.0f s | %s",
-        r.cell, " ".join(r.overrides) or "defaults", cfg.data.label_scheme, cfg.monitor,
-        r.dev_monitor if r.dev_monitor is not None else nan, r.best_epoch,
-        test["micro"].get("f1", nan), test["micro"].get("precision", nan), test["micro"].get("recall", nan),
-        test["macro"].get("f1", nan), test["lenient"]["micro"].get("f1", nan),
-        r.epochs, r.global_steps, r.wall_time_s, Path(cfg.paths.output_dir) / "results.json",
+        r.cell,
+        " ".join(r.overrides) or "defaults",
+        cfg.data.label_scheme,
+        cfg.monitor,
+        r.dev_monitor if r.dev_monitor is not None else nan,
+        r.best_epoch,
+        test["micro"].get("f1", nan),
+        test["micro"].get("precision", nan),
+        test["micro"].get("recall", nan),
+        test["macro"].get("f1", nan),
+        test["lenient"]["micro"].get("f1", nan),
+        r.epochs,
+        r.global_steps,
+        r.wall_time_s,
+        Path(cfg.paths.output_dir) / "results.json",
     )

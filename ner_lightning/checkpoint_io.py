@@ -1,5 +1,6 @@
 """How checkpoints reach and leave the disk (Lightning's ``CheckpointIO`` plugin, ``trainer.plugins``), and
 the random states a resumed fit restores (:func:`rng_states`)."""
+
 from __future__ import annotations
 
 import random
@@ -28,7 +29,9 @@ class StreamingCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         write_atomic(path, lambda fh: torch.save(checkpoint, fh), fsync=False)
 
-    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path, map_location: Any | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         """Tensors and plain values only, whatever the caller asks: unpickling a checkpoint runs no
         code it names (ours hold nothing else: :func:`rng_states`)."""
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
@@ -37,10 +40,12 @@ class StreamingCheckpointIO(TorchCheckpointIO):
 def rng_states() -> dict:
     """torch, CUDA, numpy and Python RNG states in types ``torch.load(weights_only=True)`` accepts."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "python": random.getstate()}
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+        "python": random.getstate(),
+    }
 
 
 def set_rng_states(state: dict) -> None:

@@ -12,12 +12,13 @@ work between the two. Phases a cell opens: ``precision`` (choosing or measuring 
 ``dev`` (evaluations during the fit), ``test``, ``writes`` (checkpoints, predictions, partition
 and results files, loggers, export). Time with no phase open is ``unaccounted``.
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 PHASES = ("startup", "precision", "data", "model", "train", "dev", "test", "writes")
 
@@ -84,7 +85,10 @@ class PhaseClock:
         ``unaccounted``; the clock then counts afresh (open phases stay open)."""
         now = time.perf_counter()
         self._charge(now)
-        phases = {name: round(self._seconds.get(name, 0.0), 3) for name in (*PHASES, *sorted(set(self._seconds) - set(PHASES)))}
+        phases = {
+            name: round(self._seconds.get(name, 0.0), 3)
+            for name in (*PHASES, *sorted(set(self._seconds) - set(PHASES)))
+        }
         out = {"wall_s": round(now - self.start, 3), "phases": phases, "unaccounted": round(self._unaccounted, 3)}
         self.start, self._seconds, self._unaccounted = now, {}, 0.0
         return out

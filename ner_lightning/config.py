@@ -1,6 +1,7 @@
 """Composing ``conf/`` outside ``@hydra.main`` and completing a composed config before anything
 is built: values checked, the data the objective needs, the auxiliary corpora's dataset nodes.
 The resolvers ``conf/`` uses live in ``ner_lightning/resolvers.py``."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,6 +29,7 @@ def compose_config(overrides: list[str], output_dir: str | Path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
@@ -99,8 +101,10 @@ def apply_objective_requirements(cfg: DictConfig) -> DictConfig:
         if data.get("framing") is None:
             data.framing = family.framing
         elif data.framing != family.framing:
-            raise ValueError(f"loss={cfg.loss._target_.rsplit('.', 1)[-1]} reads data.framing={family.framing} inputs, "
-                             f"but data.framing={data.framing} was set: drop the data.framing override")
+            raise ValueError(
+                f"loss={cfg.loss._target_.rsplit('.', 1)[-1]} reads data.framing={family.framing} inputs, "
+                f"but data.framing={data.framing} was set: drop the data.framing override"
+            )
         data.label_scheme = label_scheme_needed(cfg) or data.label_scheme
     return cfg
 
@@ -142,8 +146,10 @@ def check_values(cfg: DictConfig) -> DictConfig:
     max_epochs = OmegaConf.select(cfg, "trainer.max_epochs", default=None)
     min_epochs = OmegaConf.select(cfg, "trainer.min_epochs", default=None) or 0
     if max_epochs is not None and (max_epochs == 0 or max_epochs < -1):
-        raise ValueError(f"trainer.max_epochs={max_epochs}: train at least one epoch (or -1: no epoch limit, "
-                         "training ends by a batch budget or trainer.max_steps)")
+        raise ValueError(
+            f"trainer.max_epochs={max_epochs}: train at least one epoch (or -1: no epoch limit, "
+            "training ends by a batch budget or trainer.max_steps)"
+        )
     if max_epochs is not None and max_epochs > 0 and min_epochs > max_epochs:
         raise ValueError(f"trainer.min_epochs={min_epochs} > trainer.max_epochs={max_epochs}: lower min_epochs")
     _check_one_device(OmegaConf.select(cfg, "trainer.devices", default=1))
@@ -152,10 +158,19 @@ def check_values(cfg: DictConfig) -> DictConfig:
 
 def _check_one_device(devices) -> None:
     """A cell runs on one device (docs/gpu_and_cluster.md: several GPUs run several cells at once)."""
-    many = (devices in ("auto", -1, "-1") or isinstance(devices, int) and devices > 1
-            or isinstance(devices, str) and devices.isdigit() and int(devices) > 1
-            or not isinstance(devices, (int, str)) and len(devices) > 1)
+    many = (
+        devices in ("auto", -1, "-1")
+        or isinstance(devices, int)
+        and devices > 1
+        or isinstance(devices, str)
+        and devices.isdigit()
+        and int(devices) > 1
+        or not isinstance(devices, (int, str))
+        and len(devices) > 1
+    )
     if many:
-        raise ValueError(f"trainer.devices={devices}: a cell trains on one device — several GPUs serve a grid as one "
-                         "cell per GPU (hydra/launcher=parallel or slurm, docs/gpu_and_cluster.md), not one cell "
-                         "across GPUs (DDP is out of scope)")
+        raise ValueError(
+            f"trainer.devices={devices}: a cell trains on one device — several GPUs serve a grid as one "
+            "cell per GPU (hydra/launcher=parallel or slurm, docs/gpu_and_cluster.md), not one cell "
+            "across GPUs (DDP is out of scope)"
+        )

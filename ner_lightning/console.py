@@ -7,6 +7,7 @@ reports and progress bars, and W&B's banners (``WANDB_SILENT``; set ``WANDB_SILE
 see them; ``wandb_logging.WandbLogger`` leaves out the one setting W&B warns about on every run).
 Everything else, and every log line in each cell's ``train.log``, stays.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,14 +18,23 @@ import warnings
 HARMLESS_WARNINGS = (
     (r".*isinstance\(treespec, LeafSpec\)", "a deprecation inside Lightning's own _pytree helper (Lightning's to fix)"),
     (r"Precision .* is not supported by the model summary", "only the model summary's size estimate"),
-    (r".*does not have many workers which may be a bottleneck",
-     "evaluation batches are built once and held in memory (data.num_workers)"),
-    (r".*The number of training batches \(\d+\) is smaller than the logging interval",
-     "tiny training sets have fewer batches than log_every_n_steps"),
+    (
+        r".*does not have many workers which may be a bottleneck",
+        "evaluation batches are built once and held in memory (data.num_workers)",
+    ),
+    (
+        r".*The number of training batches \(\d+\) is smaller than the logging interval",
+        "tiny training sets have fewer batches than log_every_n_steps",
+    ),
 )
-CHATTY_LOGGERS = ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero",
-                  "lightning_fabric.utilities.seed", "lightning_fabric.utilities.rank_zero",
-                  "pytorch_lightning.accelerators.cuda", "lightning.pytorch.accelerators.cuda")
+CHATTY_LOGGERS = (
+    "pytorch_lightning.utilities.rank_zero",
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning_fabric.utilities.seed",
+    "lightning_fabric.utilities.rank_zero",
+    "pytorch_lightning.accelerators.cuda",
+    "lightning.pytorch.accelerators.cuda",
+)
 
 
 def quiet(enabled: bool = True) -> None:

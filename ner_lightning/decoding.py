@@ -1,7 +1,8 @@
 """Decoding rules: Viterbi with optional BIO constraints; the MRC framing's span rules."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -24,11 +25,7 @@ def bio_transition_mask(labels: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def viterbi_decode(
-    emissions: torch.Tensor,
-    mask: torch.Tensor,
-    start: torch.Tensor,
-    end: torch.Tensor,
-    transitions: torch.Tensor,
+    emissions: torch.Tensor, mask: torch.Tensor, start: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor
 ) -> torch.Tensor:
     """Best tag path per sequence, ``(B, T)`` on the emissions' device: argmax Σ start +
     emissions + transitions + end (MUNCHABLES eq. 6).
@@ -85,8 +82,9 @@ def pointer_spans(p_start: Sequence[float], p_end: Sequence[float]) -> list[tupl
     return out
 
 
-def merge_typed_spans(candidates: Sequence[tuple[str, int, int, float]], n_words: int,
-                      type_order: Sequence[str]) -> list[str]:
+def merge_typed_spans(
+    candidates: Sequence[tuple[str, int, int, float]], n_words: int, type_order: Sequence[str]
+) -> list[str]:
     """One IOB2 sequence from the spans of every queried type, ``(type, first, last, score)``.
 
     Overlaps are resolved greedily: spans are taken by descending score (ties: the longer span,

@@ -18,6 +18,7 @@ composed config) and ``README.md``, a model card with the cell's scores. Written
 
 ``ner_lightning.predict`` loads any export (:func:`load`) and tags raw text or CoNLL files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,8 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from ner_lightning.data.alignment import SubwordAligner, aligner_for, collate_features
-from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
 from ner_lightning.data.batching import sorted_batches
+from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
 from ner_lightning.hardware import eval_batch_tokens
 from ner_lightning.model_card import model_card
 from ner_lightning.models.base import NERModule
@@ -73,8 +74,9 @@ def token_classification_model(module: NERModule):
     missing, _ = model.base_model.load_state_dict(module.encoder.model.state_dict(), strict=False)  # pooler: unused
     head = getattr(model, "classifier", None)
     if missing or not isinstance(head, torch.nn.Linear) or head.weight.shape != classifier.weight.shape:
-        return (f"{type(model).__name__} has no token classifier this family's head maps to: "
-                "tag with ner_lightning.predict")
+        return (
+            f"{type(model).__name__} has no token classifier this family's head maps to: tag with ner_lightning.predict"
+        )
     head.load_state_dict(classifier.state_dict())
     return model.eval()
 
@@ -83,9 +85,14 @@ def local_roots(config: dict) -> dict[str, str]:
     """The exporting machine's folders a cell's config may name, each with the name an export
     writes instead (longest first): the cell, the corpora, the project, the Python environment."""
     paths = config.get("paths") or {}
-    named = {"<cell>": paths.get("output_dir"), "<data_dir>": paths.get("data_dir"),
-             "<root_dir>": paths.get("root_dir"), "<site-packages>": sysconfig.get_paths()["purelib"],
-             "<python>": sys.prefix, "~": str(Path.home())}
+    named = {
+        "<cell>": paths.get("output_dir"),
+        "<data_dir>": paths.get("data_dir"),
+        "<root_dir>": paths.get("root_dir"),
+        "<site-packages>": sysconfig.get_paths()["purelib"],
+        "<python>": sys.prefix,
+        "~": str(Path.home()),
+    }
     roots = {}
     for name, folder in named.items():
         for form in {str(folder), os.path.normpath(str(folder)), os.path.realpath(str(folder))} if folder else ():
@@ -104,7 +111,7 @@ def portable(value, roots: dict[str, str]):
     if not isinstance(value, str):
         return value
     for folder, name in roots.items():
-        value = re.sub(re.escape(folder) + r"(?=/|$|[\s,\]'\"])", lambda _: name, value)
+        value = re.sub(re.escape(folder) + r"(?=/|$|[\s,\]'\"])", lambda _, name=name: name, value)
     return ABSOLUTE_PATH.sub("<local path>", value)
 
 
@@ -126,17 +133,27 @@ def export_model(module: NERModule, result: dict, out: str | Path) -> Path:
         standard.save_pretrained(partial)
     module.encoder.tokenizer.save_pretrained(partial / encoder_dir)
     torch.save({k: v for k, v in module.state_dict().items() if not k.startswith("encoder.")}, partial / "heads.pt")
-    queries = (config["data"]["corpus"].get("queries") or {})
+    queries = config["data"]["corpus"].get("queries") or {}
     types = module.label_set.entity_types
-    meta = {"format": FORMAT, "family": config["loss"]["_target_"], "framing": config["data"]["framing"],
-            "encoder_dir": encoder_dir,
-            "pipeline": {"available": False, "why": standard} if isinstance(standard, str) else
-            {"available": True, **PIPELINE},
-            "entity_types": {name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
-            "queries": [queries.get(t) or t for t in types], "max_length": config["data"]["max_length"],
-            "eval_batch_size": config["data"]["eval_batch_size"], "precision": result["precision"]["eval"],
-            "trained_on": {"dataset": result["partition"]["dataset"], "encoder": (result.get("grid") or {}).get("model"),
-                           "inputs_sha256": (result.get("identity") or {}).get("inputs")}}
+    meta = {
+        "format": FORMAT,
+        "family": config["loss"]["_target_"],
+        "framing": config["data"]["framing"],
+        "encoder_dir": encoder_dir,
+        "pipeline": {"available": False, "why": standard}
+        if isinstance(standard, str)
+        else {"available": True, **PIPELINE},
+        "entity_types": {name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
+        "queries": [queries.get(t) or t for t in types],
+        "max_length": config["data"]["max_length"],
+        "eval_batch_size": config["data"]["eval_batch_size"],
+        "precision": result["precision"]["eval"],
+        "trained_on": {
+            "dataset": result["partition"]["dataset"],
+            "encoder": (result.get("grid") or {}).get("model"),
+            "inputs_sha256": (result.get("identity") or {}).get("inputs"),
+        },
+    }
     (partial / "model.json").write_text(json.dumps(meta, indent=2))
     OmegaConf.save(OmegaConf.create(config), partial / "config.yaml")
     (partial / "README.md").write_text(model_card(result, meta, module.label_set.labels))
@@ -187,31 +204,45 @@ class ExportedModel:
         items = [Sentence(f"predict:{i}", tuple(words), (OUTSIDE,) * len(words)) for i, words in enumerate(sentences)]
         features = self.aligner.encode(items, self.aligner.labels_for(self.module.label_set))
         pad = self.aligner.tokenizer.pad_token_id
-        batches = sorted_batches(features, self.meta["eval_batch_size"], lambda b: collate_features(b, pad),
-                                 max_tokens=self.max_tokens)
+        batches = sorted_batches(
+            features, self.meta["eval_batch_size"], lambda b: collate_features(b, pad), max_tokens=self.max_tokens
+        )
         return self.module.tag(batches, [len(s) for s in items])
 
 
-def load(folder: str | Path, device: str = "cpu", precision: str | None = None, trust: Trust = Trust()) -> ExportedModel:
+def load(
+    folder: str | Path, device: str = "cpu", precision: str | None = None, trust: Trust = Trust()
+) -> ExportedModel:
     """Load an export: the encoder from ``encoder/``, the family from ``config.yaml`` (what it may
     build: ``trust``), its heads' weights; evaluation in ``precision`` (default: the cell's)."""
     folder = Path(folder)
     meta_path = folder / "model.json"
     if not meta_path.is_file():
-        raise FileNotFoundError(f"{folder} is not an exported model (no model.json): export a cell with "
-                                "`python -m ner_lightning.export CELL_DIR`, or train it with export=true")
+        raise FileNotFoundError(
+            f"{folder} is not an exported model (no model.json): export a cell with "
+            "`python -m ner_lightning.export CELL_DIR`, or train it with export=true"
+        )
     meta = json.loads(meta_path.read_text())
     if meta.get("format") not in READS:
         raise ValueError(f"{meta_path}: format {meta.get('format')}, this version reads formats {READS}")
     if meta.get("encoder_dir", "encoder") not in ENCODER_DIRS:
-        raise ValueError(f"{meta_path}: encoder_dir {meta['encoder_dir']!r}: an export keeps its encoder in one of "
-                         f"{ENCODER_DIRS} inside its own folder")
+        raise ValueError(
+            f"{meta_path}: encoder_dir {meta['encoder_dir']!r}: an export keeps its encoder in one of "
+            f"{ENCODER_DIRS} inside its own folder"
+        )
     if (precision or meta["precision"]) not in PRECISIONS:
         raise ValueError(f"{meta_path}: precision {meta['precision']!r} is not one of {PRECISIONS}")
     config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
     heads = {name: LabelSet(types) for name, types in meta["entity_types"].items()}
-    module = build_module(config, heads, str(folder / "config.yaml"), trust,
-                          name_or_path=str(folder / meta.get("encoder_dir", "encoder")), tokenizer=None, random_init=None)
+    module = build_module(
+        config,
+        heads,
+        str(folder / "config.yaml"),
+        trust,
+        name_or_path=str(folder / meta.get("encoder_dir", "encoder")),
+        tokenizer=None,
+        random_init=None,
+    )
     weights = read_tensors(folder / "heads.pt")
     missing, unexpected = module.load_state_dict(weights, strict=False)
     wrong = [k for k in missing if not k.startswith("encoder.")] + list(unexpected)
@@ -234,8 +265,10 @@ def export_cell(cell_dir: str | Path, out: str | Path | None = None, trust: Trus
     result = json.loads(results.read_text())
     checkpoint = result.get("checkpoint")
     if not checkpoint or not Path(checkpoint).is_file():
-        raise FileNotFoundError(f"{cell_dir}: no kept checkpoint ({checkpoint or 'keep_checkpoint was false'}); "
-                                "rerun the cell with keep_checkpoint=true, or with export=true to export it as it ends")
+        raise FileNotFoundError(
+            f"{cell_dir}: no kept checkpoint ({checkpoint or 'keep_checkpoint was false'}); "
+            "rerun the cell with keep_checkpoint=true, or with export=true to export it as it ends"
+        )
     heads = {name: LabelSet(types) for name, types in result["labels"].items()}
     module = build_module(result["config"], heads, str(results), trust)
     load_weights(module, checkpoint)
@@ -258,8 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"exported {args.cell} -> {folder}\ntag text with: python -m ner_lightning.predict {folder} INPUT")
     if json.loads((folder / "model.json").read_text())["pipeline"]["available"]:
-        print(f'or without this project: transformers.pipeline("token-classification", model="{folder}", '
-              f'aggregation_strategy="first")')
+        print(
+            f'or without this project: transformers.pipeline("token-classification", model="{folder}", '
+            f'aggregation_strategy="first")'
+        )
     return 0
 
 

@@ -10,10 +10,11 @@ slower than fp32 (MiniLM forward on a 2-core AVX2 EPYC: fp32 4,470 tok/s, bf16 7
 docs/benchmarks.md). The conf default measures among the candidates instead of trusting the flags
 (``ner_lightning/precision.py``): a flag can promise more than the kernels deliver.
 """
+
 from __future__ import annotations
 
 import ctypes
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch.utils.deterministic
@@ -23,7 +24,7 @@ from pytorch_lightning.utilities import GradClipAlgorithmType
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-@lru_cache(maxsize=None)
+@cache
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The CPU feature flags Linux reports (the first ``flags`` line of ``cpuinfo``; empty elsewhere)."""
     try:
@@ -113,8 +114,10 @@ def reserve_heap(top_pad_mb: int | None) -> str:
     if top_pad_mb is None or int(top_pad_mb) == 0:
         return "malloc: glibc's defaults (runtime.malloc_top_pad_mb: 0)"
     if not 0 < int(top_pad_mb) < 2048:
-        raise ValueError(f"runtime.malloc_top_pad_mb={top_pad_mb}: give MiB between 1 and 2047 (a C int of bytes), "
-                         "or 0 for glibc's defaults")
+        raise ValueError(
+            f"runtime.malloc_top_pad_mb={top_pad_mb}: give MiB between 1 and 2047 (a C int of bytes), "
+            "or 0 for glibc's defaults"
+        )
     libc = _glibc()
     if libc is None:
         return f"malloc: not glibc, runtime.malloc_top_pad_mb={top_pad_mb} has no effect"
@@ -137,5 +140,8 @@ def fill_uninitialized_memory(fill: bool) -> str:
         raise ValueError(f"runtime.fill_uninitialized_memory={fill!r}: give true or false")
     torch.utils.deterministic.fill_uninitialized_memory = fill
     key = f"runtime.fill_uninitialized_memory: {str(fill).lower()}"
-    return f"new tensors filled with NaN under deterministic algorithms ({key})" if fill else \
-        f"new tensors not pre-filled ({key})"
+    return (
+        f"new tensors filled with NaN under deterministic algorithms ({key})"
+        if fill
+        else f"new tensors not pre-filled ({key})"
+    )

@@ -9,16 +9,18 @@ gradient-norm clipping per cell (``clip_grad_norm_``'s rule on that cell's gradi
 family's optimiser over the stacked tensors — AdamW, SGD and libauc's PESG act element-wise, so
 one optimiser over the stack is K optimisers, each with its own state — with the family's
 parameter groups (encoder, heads at ``head_lr``, the AUC losses' a, b) and linear warm-up and
-decay; then what the family moves itself (``lockstep_after_step``: the AUC losses' α ascent). Without dropout one lockstep step is
-the K cells' steps alone, up to float rounding (``tests/test_lockstep.py``). What it buys: one
-launch of each operation serves K cells, so cells too small to fill a GPU (or a CPU core's vector
-units, with the tiny encoder) share its arithmetic; MiniLM on a CPU is compute-bound and gains
-nothing (``benchmarks/lockstep_step.py``).
+decay; then what the family moves itself (``lockstep_after_step``: the AUC losses' α ascent).
+Without dropout one lockstep step is the K cells' steps alone, up to float rounding
+(``tests/test_lockstep.py``). What it buys: one launch of each operation serves K cells, so
+cells too small to fill a GPU (or a CPU core's vector units, with the tiny encoder) share its
+arithmetic; MiniLM on a CPU is compute-bound and gains nothing (``benchmarks/lockstep_step.py``).
 """
+
 from __future__ import annotations
 
 import copy
-from typing import Sequence, cast
+from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -55,9 +57,9 @@ def stack_batches(batches: Sequence[dict], pad_id: int) -> dict[str, torch.Tenso
         for b in batches:
             t = b[key]
             grown = t.new_full((rows, width[key]), value)
-            grown[:t.size(0), :t.size(1)] = t
+            grown[: t.size(0), : t.size(1)] = t
             if key == "attention_mask":
-                grown[t.size(0):, 0] = 1
+                grown[t.size(0) :, 0] = 1
             padded.append(grown)
         out[key] = torch.stack(padded)
     return out
@@ -106,12 +108,15 @@ class LockstepGroup:
         self.clip_norm = clip_norm
         first = modules[0]
         names = {id(p): f"family.{n}" for n, p in first.named_parameters()}
-        groups = [{**g, "params": [self.params[names[id(p)]] for p in g["params"]]} for g in first.optimizer_parameters()]
+        groups = [
+            {**g, "params": [self.params[names[id(p)]] for p in g["params"]]} for g in first.optimizer_parameters()
+        ]
         self.stepped = [names[id(p)] for g in first.optimizer_parameters() for p in g["params"]]  # clipped together
         self.family = cast(Stackable, first)
         self.optimizer = first.optimizer_factory(params=groups)
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(first.warmup_ratio * total_steps),
-                                                         total_steps)
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, int(first.warmup_ratio * total_steps), total_steps
+        )
         self._grads = vmap(grad_and_value(self._loss), randomness="different")
         self._scores = vmap(self._cell_scores, randomness="different")
 

@@ -19,6 +19,7 @@ Each cell then ends as a cell alone does (``cell.finish_cell``: test with its se
 alone (one random stream per cell inside ``vmap``), so a lockstep cell is another draw of the same
 experiment; ``benchmarks/lockstep_grid.py`` compares the two.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,8 +73,19 @@ def config_refusal(cfg: DictConfig) -> str | None:
         return f"multitask={cfg.multitask.scheme} trains on several corpora"
     if int(cfg.trainer.get("max_epochs") or -1) < 1 or cfg.trainer.get("max_steps") not in (None, -1):
         return "lockstep trains whole epochs (trainer.max_epochs >= 1, no max_steps)"
-    if any(k not in ("early_stopping", "model_checkpoint", "last_checkpoint", "predictions", "eval_precision",
-                     "token_throughput") for k, v in (cfg.get("callbacks") or {}).items() if v is not None):
+    if any(
+        k
+        not in (
+            "early_stopping",
+            "model_checkpoint",
+            "last_checkpoint",
+            "predictions",
+            "eval_precision",
+            "token_throughput",
+        )
+        for k, v in (cfg.get("callbacks") or {}).items()
+        if v is not None
+    ):
         return "a callback outside those a lockstep group runs (early stopping, checkpoint selection, predictions)"
     return None
 
@@ -100,13 +112,19 @@ def fit_group(members: list[Member]) -> None:
     if len(n_batches) != 1:
         raise ValueError(f"the group's cells have different batches per epoch ({sorted(n_batches)})")
     batches_per_epoch, max_epochs = n_batches.pop(), int(cfg.trainer.max_epochs)
-    group = LockstepGroup(modules, total_steps=max_epochs * batches_per_epoch,
-                          clip_norm=cfg.trainer.get("gradient_clip_val"))
+    group = LockstepGroup(
+        modules, total_steps=max_epochs * batches_per_epoch, clip_norm=cfg.trainer.get("gradient_clip_val")
+    )
     monitor, rule = _selection(cfg)
     every, min_epochs = int(cfg.trainer.get("check_val_every_n_epoch") or 1), int(cfg.trainer.get("min_epochs") or 0)
     pad = members[0].run.datamodule.tokenizer.pad_token_id
-    log.info("lockstep group of %d cells (%s) | %d batches an epoch, up to %d epochs", len(members),
-             ", ".join(m.cell.prefix for m in members), batches_per_epoch, max_epochs)
+    log.info(
+        "lockstep group of %d cells (%s) | %d batches an epoch, up to %d epochs",
+        len(members),
+        ", ".join(m.cell.prefix for m in members),
+        batches_per_epoch,
+        max_epochs,
+    )
     for epoch in range(max_epochs):
         active = [not (m.stopped or m.error) for m in members]
         if not any(active):
@@ -135,22 +153,33 @@ def _train_epoch(group: LockstepGroup, members: list[Member], device, pad: int) 
     """One epoch of every cell's own batches, one lockstep step per batch; the cells' summed losses."""
     loaders = [m.run.datamodule.train_dataloader() for m in members]
     total = torch.zeros(len(members), device=device)
-    for batches in zip(*loaders):
-        moved = [m.run.datamodule.transfer_batch_to_device(b, device, 0) for m, b in zip(members, batches)]
+    for batches in zip(*loaders, strict=True):
+        moved = [m.run.datamodule.transfer_batch_to_device(b, device, 0) for m, b in zip(members, batches, strict=True)]
         total += group.step(stack_batches(moved, pad))
     return total.cpu()
 
 
-def _evaluate(group: LockstepGroup, members: list[Member], device, pad: int, epoch: int, monitor: str | None,
-              rule: dict | None, min_epochs: int) -> None:
+def _evaluate(
+    group: LockstepGroup,
+    members: list[Member],
+    device,
+    pad: int,
+    epoch: int,
+    monitor: str | None,
+    rule: dict | None,
+    min_epochs: int,
+) -> None:
     """Every active cell's dev scores (one stacked forward per dev batch), history, selection and
     early stopping."""
     active = [k for k, m in enumerate(members) if not (m.stopped or m.error)]
     collected: dict[int, list] = {k: [] for k in active}
-    for batches in zip(*(members[k].run.datamodule.val_dataloader() for k in active)):
-        moved = [members[k].run.datamodule.transfer_batch_to_device(b, device, 0) for k, b in zip(active, batches)]
+    for batches in zip(*(members[k].run.datamodule.val_dataloader() for k in active), strict=True):
+        moved = [
+            members[k].run.datamodule.transfer_batch_to_device(b, device, 0)
+            for k, b in zip(active, batches, strict=True)
+        ]
         ids = group.family.decode_scores(group.scores(stack_batches(moved, pad), cells=active))
-        for row, (k, batch) in enumerate(zip(active, moved)):
+        for row, (k, batch) in enumerate(zip(active, moved, strict=True)):
             rows, words = batch["word_mask"].shape
             collected[k].append((ids[row, :rows, :words], layout_of(batch)))
     for k in active:
@@ -164,8 +193,16 @@ def _evaluate(group: LockstepGroup, members: list[Member], device, pad: int, epo
         _select(group, k, m, metrics, monitor, rule, epoch, min_epochs)
 
 
-def _select(group: LockstepGroup, k: int, m: Member, metrics: dict, monitor: str | None, rule: dict | None,
-            epoch: int, min_epochs: int) -> None:
+def _select(
+    group: LockstepGroup,
+    k: int,
+    m: Member,
+    metrics: dict,
+    monitor: str | None,
+    rule: dict | None,
+    epoch: int,
+    min_epochs: int,
+) -> None:
     """``ModelCheckpoint`` (the first best ``monitor``) and ``EarlyStopping`` (mode max: an
     improvement exceeds the best by more than ``min_delta``) for one cell."""
     if monitor is not None and (m.best_value is None or metrics[monitor] > m.best_value):

@@ -14,14 +14,15 @@ group whose fit raises fails its own cells only. An interrupted group's cells re
 interruption, and a rerun trains the group again from its first epoch (a cell with a
 ``last.ckpt`` of its own resumes alone).
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
@@ -47,7 +48,9 @@ def group_key(config: DictConfig) -> str:
     return json.dumps(task, sort_keys=True, default=str)
 
 
-def plan_groups(jobs: Sequence[Job], cells_per_group: int, refusal: Callable[[DictConfig], str | None]) -> list[tuple[list[Job], str | None]]:
+def plan_groups(
+    jobs: Sequence[Job], cells_per_group: int, refusal: Callable[[DictConfig], str | None]
+) -> list[tuple[list[Job], str | None]]:
     """The jobs as groups (cells alike but for ``GROUPED_KEYS``, in sweep order, at most
     ``cells_per_group`` each) and single cells, each with why it runs alone (None: a group)."""
     by_key: dict[str, list[Job]] = {}
@@ -60,9 +63,15 @@ def plan_groups(jobs: Sequence[Job], cells_per_group: int, refusal: Callable[[Di
         by_key.setdefault(group_key(job.config), []).append(job)
     for alike in by_key.values():
         for start in range(0, len(alike), cells_per_group):
-            chunk = alike[start:start + cells_per_group]
-            planned.append((chunk, None if len(chunk) > 1 else "no other cell of the sweep differs from it only in "
-                            "partition or init_seed"))
+            chunk = alike[start : start + cells_per_group]
+            planned.append(
+                (
+                    chunk,
+                    None
+                    if len(chunk) > 1
+                    else "no other cell of the sweep differs from it only in partition or init_seed",
+                )
+            )
     return planned
 
 
@@ -93,14 +102,21 @@ class LockstepTasks:
             why = f"their partitions make different numbers of batches per epoch ({batches})"
         hidden = module.encoder.hidden_size
         if why is None and member.run.trainer.strategy.root_device.type == "cpu" and hidden > self.cpu_max_hidden:
-            why = (f"on a CPU an encoder of hidden size {hidden} trains slower stacked than alone (compute-bound; "
-                   f"docs/benchmarks.md): raise hydra.launcher.cpu_max_hidden above it to group anyway")
+            why = (
+                f"on a CPU an encoder of hidden size {hidden} trains slower stacked than alone (compute-bound; "
+                f"docs/benchmarks.md): raise hydra.launcher.cpu_max_hidden above it to group anyway"
+            )
         return why
 
     def _job(self, job: Job, task: Callable[[DictConfig], object]) -> JobReturn:
         """``task`` run as the cell's Hydra job (its folder, ``.hydra/``, log file, HydraConfig)."""
-        return run_job(hydra_context=self.hydra_context, task_function=task, config=job.config,
-                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        return run_job(
+            hydra_context=self.hydra_context,
+            task_function=task,
+            config=job.config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
 
     def _isolated(self, job: Job) -> JobReturn:
         try:
@@ -114,8 +130,12 @@ class LockstepTasks:
             try:
                 ret = self._job(job, open_member)
             except Exception as err:  # noqa: BLE001 — Hydra could not set the cell up: it fails alone
-                log.error("cell %s could not start (its folder, log file or config could not be set up): %s: %s",
-                          " ".join(job.overrides), type(err).__name__, err)
+                log.error(
+                    "cell %s could not start (its folder, log file or config could not be set up): %s: %s",
+                    " ".join(job.overrides),
+                    type(err).__name__,
+                    err,
+                )
                 ret = JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=err)
             if ret.status == JobStatus.COMPLETED:
                 members.append((job, ret.return_value))
@@ -135,7 +155,9 @@ class LockstepTasks:
                 returns[job.index] = self._job(job, lambda cfg, member=member: close_member(member))
             except SystemExit as interrupted:  # every cell of the group records it before the sweep stops
                 stop = interrupted.code
-                returns[job.index] = JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=interrupted)
+                returns[job.index] = JobReturn(
+                    overrides=job.overrides, status=JobStatus.FAILED, _return_value=interrupted
+                )
         if stop is not None:
             raise SystemExit(stop)
         return returns
@@ -162,8 +184,9 @@ class LockstepTasks:
 class LockstepLauncher(ParallelLauncher):
     """Lockstep groups of up to ``cells_per_group`` cells on ``n_jobs`` workers (module docstring)."""
 
-    def __init__(self, n_jobs: int = 1, groups_per_gpu: int = 1, cells_per_group: int = 8,
-                 cpu_max_hidden: int = 64) -> None:
+    def __init__(
+        self, n_jobs: int = 1, groups_per_gpu: int = 1, cells_per_group: int = 8, cpu_max_hidden: int = 64
+    ) -> None:
         for key, value in (("cells_per_group", cells_per_group), ("cpu_max_hidden", cpu_max_hidden)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"hydra.launcher.{key}={value!r}: give an int >= 1")
@@ -174,17 +197,26 @@ class LockstepLauncher(ParallelLauncher):
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        jobs = [Job(initial_job_idx + k, list(o), self._compose(initial_job_idx + k, list(o)))
-                for k, o in enumerate(job_overrides)]
+        jobs = [
+            Job(initial_job_idx + k, list(o), self._compose(initial_job_idx + k, list(o)))
+            for k, o in enumerate(job_overrides)
+        ]
         plan = plan_groups(jobs, self.cells_per_group, config_refusal)
         workers = min(self.n_jobs, len(plan))
-        log.info("%d cells: %d in %d lockstep groups, %d alone%s", len(jobs),
-                 sum(len(g) for g, why in plan if why is None), sum(why is None for _, why in plan),
-                 sum(len(g) for g, why in plan if why is not None),
-                 f"; on {workers} worker processes" if workers > 1 else "")
+        log.info(
+            "%d cells: %d in %d lockstep groups, %d alone%s",
+            len(jobs),
+            sum(len(g) for g, why in plan if why is None),
+            sum(why is None for _, why in plan),
+            sum(len(g) for g, why in plan if why is not None),
+            f"; on {workers} worker processes" if workers > 1 else "",
+        )
         for group, why in plan:
-            log.info("\t%s%s", ", ".join(f"#{job.index} : {' '.join(filter_overrides(job.overrides))}" for job in group),
-                     f" | alone: {why}" if why else "")
+            log.info(
+                "\t%s%s",
+                ", ".join(f"#{job.index} : {' '.join(filter_overrides(job.overrides))}" for job in group),
+                f" | alone: {why}" if why else "",
+            )
         runner = LockstepTasks(self.hydra_context, self.task_function, self.cpu_max_hidden)
         done: list[JobReturn] = []
         started = time.monotonic()
@@ -192,6 +224,7 @@ class LockstepLauncher(ParallelLauncher):
         def progress(ret: JobReturn) -> None:
             done.append(ret)
             log_progress(done, len(jobs), time.monotonic() - started)
+
         tasks = [group for group, _ in plan]
         if workers > 1:
             returned = WorkerPool(self.n_jobs, runner).run(tasks, progress)
@@ -202,5 +235,9 @@ class LockstepLauncher(ParallelLauncher):
                 configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
                 for ret in returned[-1]:
                     progress(ret)
-        by_index = {job.index: ret for task, rets in zip(tasks, returned) for job, ret in zip(task, rets)}
+        by_index = {
+            job.index: ret
+            for task, rets in zip(tasks, returned, strict=True)
+            for job, ret in zip(task, rets, strict=True)
+        }
         return [by_index[job.index] for job in jobs]

@@ -7,6 +7,7 @@ counts (weighted CE) override ``fit_counts(counts)``; the family calls it once w
 counts of the training set it trains on. A new loss is a subclass here (or anywhere importable)
 plus ``conf/token_loss/<name>.yaml`` naming it as ``_target_``.
 """
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -106,8 +107,14 @@ class DiceLoss(TokenLoss):
     VARIANTS = ("li2020", "eq6")
     LEVELS = ("token", "set")
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1.0, variant: str = "li2020", level: str = "token",
-                 square: bool = False):
+    def __init__(
+        self,
+        epsilon: float = 1.0,
+        delta: float = 1.0,
+        variant: str = "li2020",
+        level: str = "token",
+        square: bool = False,
+    ):
         super().__init__()
         if delta <= 0:
             raise ValueError("loss.token_loss.delta must be > 0")

@@ -13,6 +13,7 @@ The spans are extracted here in one pass per sentence rather than by seqeval (wh
 are seqeval's bit for bit, with its ``zero_division=0`` and its float formulas
 (``tests/test_metrics.py`` compares them on random and malformed sequences).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -60,7 +61,7 @@ def _prf(tp: np.ndarray, pred: np.ndarray, true: np.ndarray) -> tuple[np.ndarray
 
 def _report(gold: list[list[str]], pred: list[list[str]], mode: str) -> dict:
     true_n, pred_n, tp_n = Counter(), Counter(), Counter()
-    for g, p in zip(gold, pred):
+    for g, p in zip(gold, pred, strict=True):
         gs, ps = spans(g, mode), spans(p, mode)
         true_n.update(t for t, _, _ in gs)
         pred_n.update(t for t, _, _ in ps)
@@ -90,26 +91,34 @@ def span_scores(gold: list[list[str]], pred: list[list[str]]) -> dict:
     """Strict ``{"micro": {precision, recall, f1, support, correct, predicted}, "macro": {precision,
     recall, f1, support}, "per_type": {T: …}}``
     with the same three keys for lenient mode under ``"lenient"``."""
-    if len(gold) != len(pred) or any(len(g) != len(p) for g, p in zip(gold, pred)):
+    if len(gold) != len(pred) or any(len(g) != len(p) for g, p in zip(gold, pred, strict=True)):
         raise ValueError("gold and predicted sequences must align sentence by sentence, word by word")
     return {**_report(gold, pred, "strict"), "lenient": _report(gold, pred, "lenient")}
 
 
 def _empty(counts: bool = False) -> dict:
-    return {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0, **({"correct": 0, "predicted": 0} if counts else {})}
+    return {
+        "precision": 0.0,
+        "recall": 0.0,
+        "f1": 0.0,
+        "support": 0,
+        **({"correct": 0, "predicted": 0} if counts else {}),
+    }
 
 
 def flat_scores(scores: dict, prefix: str) -> dict[str, float]:
     """``{"val/f1": strict micro F1, "val/f1_macro": …, "val/f1_PER": …, "val/f1_lenient": …}``."""
     out = {}
     for suffix, s in (("", scores), ("_lenient", scores["lenient"])):
-        out.update({
-            f"{prefix}/f1{suffix}": s["micro"]["f1"],
-            f"{prefix}/precision{suffix}": s["micro"]["precision"],
-            f"{prefix}/recall{suffix}": s["micro"]["recall"],
-            f"{prefix}/f1_macro{suffix}": s["macro"]["f1"],
-            f"{prefix}/precision_macro{suffix}": s["macro"]["precision"],
-            f"{prefix}/recall_macro{suffix}": s["macro"]["recall"],
-        })
+        out.update(
+            {
+                f"{prefix}/f1{suffix}": s["micro"]["f1"],
+                f"{prefix}/precision{suffix}": s["micro"]["precision"],
+                f"{prefix}/recall{suffix}": s["micro"]["recall"],
+                f"{prefix}/f1_macro{suffix}": s["macro"]["f1"],
+                f"{prefix}/precision_macro{suffix}": s["macro"]["precision"],
+                f"{prefix}/recall_macro{suffix}": s["macro"]["recall"],
+            }
+        )
     out.update({f"{prefix}/f1_{t}": v["f1"] for t, v in scores["per_type"].items()})
     return out

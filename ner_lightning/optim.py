@@ -8,6 +8,7 @@ each α (models/auc.py), so nothing is updated twice. Their epoch-decay referenc
 N(0, 0.01²) noise in libauc, which would pull a pretrained encoder toward zero; it is
 anchored at the starting weights here.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,19 +27,30 @@ def _flat(params) -> list[torch.nn.Parameter]:
 def _anchor(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> None:
     if opt.model_ref is not None:
         with torch.no_grad():
-            for ref, p in zip(opt.model_ref, params):
+            for ref, p in zip(opt.model_ref[: len(params)], params, strict=True):  # PDSCA's ends with its a, b
                 ref.copy_(p.detach())
 
 
-def pesg(params, lr: float, mode: str, clip_value: float, weight_decay: float, epoch_decay: float,
-         momentum: float) -> torch.optim.Optimizer:
+def pesg(
+    params, lr: float, mode: str, clip_value: float, weight_decay: float, epoch_decay: float, momentum: float
+) -> torch.optim.Optimizer:
     """libauc ``PESG`` (primal update of DAM, Yuan et al. 2021) with ``loss_fn=None``."""
     from libauc.optimizers import PESG
 
     params = _flat(params)
     with contextlib.redirect_stdout(io.StringIO()):  # PESG prints a notice when loss_fn is None
-        opt = PESG(params, loss_fn=None, lr=lr, mode=mode, clip_value=clip_value, weight_decay=weight_decay,
-                   epoch_decay=epoch_decay, momentum=momentum, verbose=False, device=params[0].device)
+        opt = PESG(
+            params,
+            loss_fn=None,
+            lr=lr,
+            mode=mode,
+            clip_value=clip_value,
+            weight_decay=weight_decay,
+            epoch_decay=epoch_decay,
+            momentum=momentum,
+            verbose=False,
+            device=params[0].device,
+        )
     _anchor(opt, params)
     return opt
 
@@ -57,8 +69,16 @@ class PhaseSwitch:
         self.margin = 1.0
 
 
-def pdsca(params, lr: float, lr0: float | None, beta1: float, beta2: float, clip_value: float,
-          weight_decay: float, epoch_decay: float) -> torch.optim.Optimizer:
+def pdsca(
+    params,
+    lr: float,
+    lr0: float | None,
+    beta1: float,
+    beta2: float,
+    clip_value: float,
+    weight_decay: float,
+    epoch_decay: float,
+) -> torch.optim.Optimizer:
     """libauc ``PDSCA`` (compositional training, Yuan et al. 2022) for COMAUC-2T: ``lr0`` for
     the CE steps (None = ``lr``), ``lr`` for the AUC steps; the warm-up/decay schedule scales
     ``lr`` only."""
@@ -66,9 +86,19 @@ def pdsca(params, lr: float, lr0: float | None, beta1: float, beta2: float, clip
 
     params = _flat(params)
     with contextlib.redirect_stdout(io.StringIO()):
-        opt = PDSCA(params, loss_fn=PhaseSwitch(params[0].device), lr=lr, lr0=lr0, beta1=beta1, beta2=beta2,
-                    clip_value=clip_value, weight_decay=weight_decay, epoch_decay=epoch_decay, verbose=False,
-                    device=params[0].device)
+        opt = PDSCA(
+            params,
+            loss_fn=PhaseSwitch(params[0].device),
+            lr=lr,
+            lr0=lr0,
+            beta1=beta1,
+            beta2=beta2,
+            clip_value=clip_value,
+            weight_decay=weight_decay,
+            epoch_decay=epoch_decay,
+            verbose=False,
+            device=params[0].device,
+        )
     _anchor(opt, params)
     return opt
 

@@ -28,6 +28,7 @@
 ``python -m ner_lightning.precision show | measure [--force] | clear`` reads, remeasures or empties
 the cache.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,9 +64,17 @@ def cache_path() -> Path:
 
 def _key(device_name: str, model: dict, names: list[str]) -> str:
     encoder = {k: model.get(k) for k in ("name_or_path", "random_init", "tokenizer")}
-    return json.dumps({"device": device_name, "torch": torch.__version__, "encoder": encoder,
-                       "batch": batch_shapes(device_name.startswith("cuda")), "candidates": names},
-                      sort_keys=True, default=str)
+    return json.dumps(
+        {
+            "device": device_name,
+            "torch": torch.__version__,
+            "encoder": encoder,
+            "batch": batch_shapes(device_name.startswith("cuda")),
+            "candidates": names,
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
 def recorded(accelerator: str, model: dict) -> dict | None:
@@ -104,25 +113,48 @@ def _measure(path: Path, key: str, model: dict, names: list[str], why: str, devi
     verdict = judge(measure_rounds(model, names, device), load)
     seconds = time.perf_counter() - t0
     measured = verdict["measured"]
-    figures = ", ".join(f"{n} train {m['train_tok_s']:,.0f} / eval {m['eval_tok_s']:,.0f} tok/s" for n, m in measured.items())
+    figures = ", ".join(
+        f"{n} train {m['train_tok_s']:,.0f} / eval {m['eval_tok_s']:,.0f} tok/s" for n, m in measured.items()
+    )
     if verdict["trusted"]:
-        entry = {"train": verdict["train"], "eval": verdict["eval"], "measured": measured,
-                 "why": f"measured ({why}) in {seconds:.1f} s, {ROUNDS} interleaved rounds, paired ratios to fp32"}
+        entry = {
+            "train": verdict["train"],
+            "eval": verdict["eval"],
+            "measured": measured,
+            "why": f"measured ({why}) in {seconds:.1f} s, {ROUNDS} interleaved rounds, paired ratios to fp32",
+        }
         from ner_lightning.results import write_json_atomic
 
         write_json_atomic(path, {**_read(path), key: entry})
-        log.info("precision measured on %s: %s -> training %s, evaluation %s (cached in %s)", device_name, figures,
-                 entry["train"], entry["eval"], path)
+        log.info(
+            "precision measured on %s: %s -> training %s, evaluation %s (cached in %s)",
+            device_name,
+            figures,
+            entry["train"],
+            entry["eval"],
+            path,
+        )
         return entry
     previous = _read(path).get(key)
     fallback = previous or {"train": SAFE, "eval": SAFE, "measured": None}
-    entry = {**fallback, "why": (f"{'the cached entry' if previous else 'the safe choice'}: the measurement here "
-                                 f"could not be trusted ({'; '.join(verdict['doubts'])}), not cached"),
-             "untrusted": {"measured": measured, "doubts": verdict["doubts"]}}
-    log.warning("precision: the measurement on %s cannot be trusted (%s; %s); using %s: training %s, evaluation %s. "
-                "Not cached: measure again on an idle machine (python -m ner_lightning.precision measure --force)",
-                device_name, "; ".join(verdict["doubts"]), figures,
-                "the cached entry" if previous else "the safe choice", entry["train"], entry["eval"])
+    entry = {
+        **fallback,
+        "why": (
+            f"{'the cached entry' if previous else 'the safe choice'}: the measurement here "
+            f"could not be trusted ({'; '.join(verdict['doubts'])}), not cached"
+        ),
+        "untrusted": {"measured": measured, "doubts": verdict["doubts"]},
+    }
+    log.warning(
+        "precision: the measurement on %s cannot be trusted (%s; %s); using %s: training %s, evaluation %s. "
+        "Not cached: measure again on an idle machine (python -m ner_lightning.precision measure --force)",
+        device_name,
+        "; ".join(verdict["doubts"]),
+        figures,
+        "the cached entry" if previous else "the safe choice",
+        entry["train"],
+        entry["eval"],
+    )
     os.environ[ENV] = json.dumps({**_inherited(), key: entry})  # the processes this one starts agree with it
     return entry
 
@@ -156,9 +188,13 @@ def best_precision(accelerator: str, model=None, stage: str = "train") -> str:
 
 # --- command line ------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ner_lightning.precision", description=(
-        "The measured-precision cache: show its entries, measure an encoder again, or clear it. "
-        "measure exits 3 when its measurement could not be trusted (nothing cached)."))
+    ap = argparse.ArgumentParser(
+        prog="python -m ner_lightning.precision",
+        description=(
+            "The measured-precision cache: show its entries, measure an encoder again, or clear it. "
+            "measure exits 3 when its measurement could not be trusted (nothing cached)."
+        ),
+    )
     ap.add_argument("command", choices=("show", "measure", "clear"))
     ap.add_argument("--model", default="minilm", help="conf/model/<name> to measure (default: minilm)")
     ap.add_argument("--accelerator", default="auto", help="cpu, gpu or auto (default)")
@@ -175,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
         for key, entry in entries.items():
             k = json.loads(key)
-            print(f"- {k['device']} | torch {k['torch']} | {k['encoder']['name_or_path']}: training {entry['train']}, "
-                  f"evaluation {entry['eval']}\n  {entry.get('why', '')}")
+            print(
+                f"- {k['device']} | torch {k['torch']} | {k['encoder']['name_or_path']}: training {entry['train']}, "
+                f"evaluation {entry['eval']}\n  {entry.get('why', '')}"
+            )
             for name, m in (entry.get("measured") or {}).items():
                 print(f"    {name}: train {m['train_tok_s']:,.0f} tok/s, eval {m['eval_tok_s']:,.0f} tok/s")
         return 0

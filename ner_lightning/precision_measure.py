@@ -1,6 +1,7 @@
 """Measuring which precision is fastest for an encoder on this machine, and judging whether the
 measurement can be trusted (the rules: ``ner_lightning.precision``'s docstring, which caches
 the choice and has the command line)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +9,7 @@ import os
 import platform
 import statistics
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -34,7 +35,8 @@ def candidates(accelerator: str) -> tuple[list[str], str]:
             "be measured here (a SLURM sweep composes every cell on the machine it is submitted from, and a cell's "
             "precision is part of its identity). Set it: trainer.precision=bf16-mixed "
             "callbacks.eval_precision.precision=bf16-mixed (or 32-true / 16-mixed; docs/gpu_and_cluster.md), "
-            "or submit from a machine with the nodes' GPU")
+            "or submit from a machine with the nodes' GPU"
+        )
     if hardware.uses_gpu(accelerator):
         name = torch.cuda.get_device_name()
         if torch.cuda.is_bf16_supported():
@@ -43,8 +45,11 @@ def candidates(accelerator: str) -> tuple[list[str], str]:
     native = [f for f in hardware.CPU_BF16_FLAGS if f in hardware.cpu_flags()]
     if native:
         return ["32-true", "bf16-mixed"], f"the CPU has {' and '.join(native)}"
-    return ["32-true"], ("the CPU has no native bf16 (neither " + " nor ".join(hardware.CPU_BF16_FLAGS)
-                         + " in /proc/cpuinfo): emulated bf16 would be slower than fp32")
+    return ["32-true"], (
+        "the CPU has no native bf16 (neither "
+        + " nor ".join(hardware.CPU_BF16_FLAGS)
+        + " in /proc/cpuinfo): emulated bf16 would be slower than fp32"
+    )
 
 
 def flags_choice(accelerator: str = "auto") -> tuple[str, str]:
@@ -54,11 +59,14 @@ def flags_choice(accelerator: str = "auto") -> tuple[str, str]:
     return names[1] if len(names) > 1 else names[0], why
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cpu_model() -> str:
     try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
+        return next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
 
@@ -97,8 +105,10 @@ def measure_rounds(model: dict, names: list[str], device: str) -> dict:
     torch.manual_seed(0)
     encoder = instantiate(model).to(device)
     opt = torch.optim.AdamW(encoder.parameters(), lr=1e-6, fused=True)
-    inputs = {stage: torch.randint(1000, 2000, shape, device=device)
-              for stage, shape in batch_shapes(device.startswith("cuda")).items()}
+    inputs = {
+        stage: torch.randint(1000, 2000, shape, device=device)
+        for stage, shape in batch_shapes(device.startswith("cuda")).items()
+    }
 
     def step(name: str, stage: str) -> None:
         ids = inputs[stage]
@@ -131,7 +141,7 @@ def measure_rounds(model: dict, names: list[str], device: str) -> dict:
         for name in names:  # warm-up: kernels, autocast caches, allocator
             step(name, stage)
         for r in range(ROUNDS):
-            for name in (names if r % 2 == 0 else names[::-1]):  # A B, B A, …: no candidate always first
+            for name in names if r % 2 == 0 else names[::-1]:  # A B, B A, …: no candidate always first
                 rates[name][stage].append(round(timed_round(name, stage), 1))
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     share = None if device.startswith("cuda") else round(cpu / (wall * torch.get_num_threads()), 3)
@@ -149,7 +159,7 @@ def paired_ratios(rates: dict[str, list[float]]) -> dict[str, float]:
     follow each other within seconds, so a round's ratio is untouched by the machine speeding up or
     slowing down between rounds, which moves unpaired medians (fp32 is 1.0)."""
     fp32 = rates["32-true"]
-    return {name: statistics.median(r / f for r, f in zip(rs, fp32)) for name, rs in rates.items()}
+    return {name: statistics.median(r / f for r, f in zip(rs, fp32, strict=True)) for name, rs in rates.items()}
 
 
 def judge(measured: dict, load: tuple[float, int]) -> dict:
@@ -167,8 +177,10 @@ def judge(measured: dict, load: tuple[float, int]) -> dict:
         # precisions that tie (bf16 and fp16 on a GPU) may take turns without making it doubtful
         agree = sum(MARGIN * rnd[entry[stage]] >= max(rnd.values()) for rnd in rounds)
         if agree < AGREE:
-            doubts.append(f"{stage}: only {agree} of {ROUNDS} rounds had {entry[stage]} within {MARGIN - 1:.0%} of "
-                          f"their fastest (fastest per round: {', '.join(_choose(rnd) for rnd in rounds)})")
+            doubts.append(
+                f"{stage}: only {agree} of {ROUNDS} rounds had {entry[stage]} within {MARGIN - 1:.0%} of "
+                f"their fastest (fastest per round: {', '.join(_choose(rnd) for rnd in rounds)})"
+            )
         for name, value in median.items():
             medians[name][f"{stage}_tok_s"] = round(value, 1)
             medians[name][f"{stage}_vs_fp32"] = round(paired[name], 3)

@@ -7,9 +7,11 @@ Raw text is split into words on whitespace (``--tokenizer whitespace``) or into 
 punctuation (``--tokenizer simple``, the default); a CoNLL file keeps its words, and its gold tags
 are written next to the predictions (token, gold, predicted) and scored with seqeval.
 """
+
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import sys
 import time
@@ -28,7 +30,7 @@ def detect_format(path: Path) -> tuple[str, str]:
     """(``conll`` or ``text``, the column delimiter) from the first token lines: CoNLL when each
     has a word and a tag column."""
     with path.open(encoding="utf-8", errors="replace") as fh:
-        lines = [line.strip() for _, line in zip(range(200), fh)]
+        lines = [line.strip() for line in itertools.islice(fh, 200)]
     lines = [line for line in lines if line and not line.startswith("-DOCSTART-")][:20]
     delimiter = "\t" if lines and "\t" in lines[0] else " "
     rows = [line.split(delimiter) for line in lines]
@@ -46,17 +48,30 @@ def read_input(path: Path, fmt: str, tokenizer: str) -> tuple[list[list[str]], l
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ner_lightning.predict", description=__doc__.split("\n\n")[0],
-                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", type=Path, help="an exported model folder (<cell>/export, or python -m ner_lightning.export)")
+    ap = argparse.ArgumentParser(
+        prog="python -m ner_lightning.predict",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "model", type=Path, help="an exported model folder (<cell>/export, or python -m ner_lightning.export)"
+    )
     ap.add_argument("input", type=Path, help="raw text, one sentence per line, or a CoNLL file")
-    ap.add_argument("--format", choices=("auto", "text", "conll"), default="auto",
-                    help="input format (auto: CoNLL when the lines end in a tag column)")
+    ap.add_argument(
+        "--format",
+        choices=("auto", "text", "conll"),
+        default="auto",
+        help="input format (auto: CoNLL when the lines end in a tag column)",
+    )
     ap.add_argument("--tokenizer", choices=tuple(TOKENIZERS), default="simple", help="how raw text is split into words")
     ap.add_argument("--out", type=Path, help="the CoNLL file to write (default: standard output)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
-    ap.add_argument("--precision", choices=("32-true", "bf16-mixed", "16-mixed"),
-                    help="encoder precision (default: the one the cell evaluated in)")
+    ap.add_argument(
+        "--precision",
+        choices=("32-true", "bf16-mixed", "16-mixed"),
+        help="encoder precision (default: the one the cell evaluated in)",
+    )
     add_trust_options(ap)
     return ap
 
@@ -84,15 +99,22 @@ def main(argv: list[str] | None = None) -> int:
         write_conll(args.out, words, *columns)
     else:
         for i, sentence in enumerate(words):
-            sys.stdout.write("".join("\t".join(row) + "\n" for row in zip(sentence, *(c[i] for c in columns))) + "\n")
+            sys.stdout.write(
+                "".join("\t".join(row) + "\n" for row in zip(sentence, *(c[i] for c in columns), strict=True)) + "\n"
+            )
     n_words = sum(map(len, words))
-    summary = (f"tagged {len(words)} sentences, {n_words} words in {seconds:.2f} s on {args.device} "
-               f"({n_words / max(seconds, 1e-9):,.0f} words/s)")
+    summary = (
+        f"tagged {len(words)} sentences, {n_words} words in {seconds:.2f} s on {args.device} "
+        f"({n_words / max(seconds, 1e-9):,.0f} words/s)"
+    )
     if gold is not None:
         from ner_lightning.metrics import span_scores
 
         micro = span_scores(gold, predicted)["micro"]
-        summary += f"; against the file's tags: span F1 {micro['f1']:.4f} (P {micro['precision']:.4f}, R {micro['recall']:.4f})"
+        summary += (
+            f"; against the file's tags: span F1 {micro['f1']:.4f}"
+            f" (P {micro['precision']:.4f}, R {micro['recall']:.4f})"
+        )
     print(summary + (f" -> {args.out}" if args.out else ""), file=sys.stderr)
     return 0
 

@@ -8,6 +8,7 @@
 * ``singleaux`` — MUNCHABLES §4.1's SingleAux with several auxiliaries: one run per auxiliary,
   the one with the best main-dev value is the cell's result (chosen on dev, never on test).
 """
+
 from __future__ import annotations
 
 import copy
@@ -72,11 +73,18 @@ def tune(cfg: DictConfig, cell: Cell | None = None) -> float:
         values[int(p)] = train(run, cell=cell.named(f"partition {p}")).dev_monitor
         finish_wandb()
     mean = statistics.fmean(values.values())
-    write_json_atomic(out_dir / cells.TUNE, {"overrides": overrides(), "monitor": cfg.monitor, "partitions": values,
-                                             "mean": mean, "config_sha256": cell.config_sha256,
-                                             "wall_time_s": round(time.perf_counter() - started, 2)})
-    log.info("trial %s | mean dev %s over partitions %s = %.4f", " ".join(overrides()), cfg.monitor,
-             list(values), mean)
+    write_json_atomic(
+        out_dir / cells.TUNE,
+        {
+            "overrides": overrides(),
+            "monitor": cfg.monitor,
+            "partitions": values,
+            "mean": mean,
+            "config_sha256": cell.config_sha256,
+            "wall_time_s": round(time.perf_counter() - started, 2),
+        },
+    )
+    log.info("trial %s | mean dev %s over partitions %s = %.4f", " ".join(overrides()), cfg.monitor, list(values), mean)
     return mean
 
 
@@ -123,10 +131,18 @@ def singleaux(cfg: DictConfig, cell: Cell | None = None) -> CellResult:
     result.wall_time_s = round(sum(r.wall_time_s for r in done.values()), 2)
     result.predictions = {split: f"aux_{best}/{path}" for split, path in (result.predictions or {}).items()} or None
     result.export = f"aux_{best}/{result.export}" if result.export else None
-    result.singleaux = {"chosen": best, "monitor": cfg.monitor,
-                        "dev_monitor": {n: r.dev_monitor for n, r in done.items()},
-                        "candidates": {n: f"aux_{n}/candidate.json" for n in done}}
+    result.singleaux = {
+        "chosen": best,
+        "monitor": cfg.monitor,
+        "dev_monitor": {n: r.dev_monitor for n, r in done.items()},
+        "candidates": {n: f"aux_{n}/candidate.json" for n in done},
+    }
     result.write(Path(cfg.paths.output_dir) / "results.json")
-    log.info("%s | SingleAux: %s chosen on dev %s (%s)", cell.prefix, best, cfg.monitor,
-             ", ".join(f"{n} {r.dev_monitor:.4f}" for n, r in done.items()))
+    log.info(
+        "%s | SingleAux: %s chosen on dev %s (%s)",
+        cell.prefix,
+        best,
+        cfg.monitor,
+        ", ".join(f"{n} {r.dev_monitor:.4f}" for n, r in done.items()),
+    )
     return result

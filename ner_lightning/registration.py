@@ -17,6 +17,7 @@ the study runs only while
 shows the record's commit and every cell of the study ran at a descendant commit of it, from a
 clean tree, after it was committed; otherwise it says what it cannot prove.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -30,12 +31,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from ner_lightning.report.claim_spec import family, family_directions, load_claims, paper_distance
-from ner_lightning.report.sequential import detectable, power
-from ner_lightning.results import write_json_atomic
 from ner_lightning import run_store
-
-POWER_TARGET = 0.8
+from ner_lightning.report.claim_spec import family, family_directions, load_claims
+from ner_lightning.results import write_json_atomic
+from ner_lightning.study_plan import claim_power
 
 
 def record_path(study_file: Path) -> Path:
@@ -77,28 +76,12 @@ def used_partitions(root: Path) -> set[int]:
         else:
             texts = [path.read_text()]
         for text in texts:
-            used.update(int(o.split("=", 1)[1]) for o in json.loads(text).get("overrides", [])
-                        if o.startswith("partition=") and o.split("=", 1)[1].isdigit())
+            used.update(
+                int(o.split("=", 1)[1])
+                for o in json.loads(text).get("overrides", [])
+                if o.startswith("partition=") and o.split("=", 1)[1].isdigit()
+            )
     return used
-
-
-def _claim_power(claim: dict, plan: dict, levels: list[float], tests: int) -> dict:
-    """The design's power at the paper's Δ and its 80 %-power Δ for the claim's planning SD."""
-    from scipy import stats
-
-    sd = claim.get("planning_sd")
-    if sd is None:
-        raise SystemExit(f"claim {claim['id']}: a registered study states each claim's `planning_sd` (the SD of "
-                         "paired differences its exploratory runs showed) and where it comes from (`planning_sd_from`)")
-    stages = plan["stages"]
-    bounds = [float(stats.t.isf(level, n - 1)) for n, level in zip(stages, levels)]
-    out = {"planning_sd": float(sd), "planning_sd_from": claim.get("planning_sd_from"), "directions": tests,
-           "detectable_delta": round(detectable(stages, bounds, POWER_TARGET) * float(sd), 6)}
-    distance = paper_distance(claim)
-    if distance is not None:
-        out.update({"paper_delta": float(claim["paper_delta"]), "distance_beyond_bound": distance,
-                    "power_at_paper_delta": round(power(stages, bounds, distance / float(sd)), 4)})
-    return out
 
 
 def register(study_file: Path, plan: dict, levels: dict[str, list[float]], folder: Path, error: dict) -> str:
@@ -106,41 +89,65 @@ def register(study_file: Path, plan: dict, levels: dict[str, list[float]], folde
     ``levels`` and the study-wide ``error`` (``study.study_wide_error``); returns what to do next."""
     study_file = Path(study_file)
     if record_path(study_file).exists():
-        raise SystemExit(f"{record_path(study_file)}: the study is registered already; a new design is a new study "
-                         "file (and a new study folder)")
+        raise SystemExit(
+            f"{record_path(study_file)}: the study is registered already; a new design is a new study "
+            "file (and a new study folder)"
+        )
     if not _committed_unchanged(study_file):
-        raise SystemExit(f"{study_file}: commit the study file first — a registration names the commit that holds "
-                         "it, unchanged")
+        raise SystemExit(
+            f"{study_file}: commit the study file first — a registration names the commit that holds it, unchanged"
+        )
     if Path(folder).exists() and any(Path(folder).rglob("results.json")):
         raise SystemExit(f"{folder}: the study folder holds cells already; a study registers before its first cell")
     root = Path(_git("rev-parse", "--show-toplevel", cwd=study_file.resolve().parent).strip())
-    wanted = set(range(plan["first_partition"], plan["first_partition"] + plan["partitions"]
-                       + len(plan.get("exclusions", []))))
+    wanted = set(
+        range(plan["first_partition"], plan["first_partition"] + plan["partitions"] + len(plan.get("exclusions", [])))
+    )
     reused = sorted(wanted & used_partitions(root))
     if reused:
-        raise SystemExit(f"{study_file}: partitions {reused} were used by committed runs; a confirmatory study runs "
-                         "on fresh partitions (study.first_partition)")
+        raise SystemExit(
+            f"{study_file}: partitions {reused} were used by committed runs; a confirmatory study runs "
+            "on fresh partitions (study.first_partition)"
+        )
     settings, claims = load_claims(study_file)
     directions = family_directions(claims)
     record = {
-        "study_file": study_file.as_posix(), "sha256": _sha256(study_file),
+        "study_file": study_file.as_posix(),
+        "sha256": _sha256(study_file),
         "commit": _git("rev-parse", "HEAD", cwd=root).strip(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "plan": plan,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "plan": plan,
         "levels": dict(sorted(levels.items())),
-        "claims": {str(c["id"]): _claim_power(c, plan, levels[family(c)], directions[family(c)])
-                   for c in claims if not c.get("vacuous")},
+        "claims": {
+            str(c["id"]): claim_power(c, plan, levels[family(c)], directions[family(c)])
+            for c in claims
+            if not c.get("vacuous")
+        },
         "vacuous": {str(c["id"]): c["vacuous"] for c in claims if c.get("vacuous")},
-        "study_wide_error": error, "rule": rule_fingerprint()}
+        "study_wide_error": error,
+        "rule": rule_fingerprint(),
+    }
     write_json_atomic(record_path(study_file), record)
     families = ", ".join(f"{name} {a:g}" for name, a in error["families"].items())
-    return (f"registered {study_file} at {record['commit'][:12]} ({record['date']}): commit "
-            f"{record_path(study_file)} before running the study\nfamily-wise error per family: {families}; "
-            f"study-wide: at most {error['bound']:.4f} (Bonferroni), {error['independent']:.4f} if the families "
-            "are independent")
+    return (
+        f"registered {study_file} at {record['commit'][:12]} ({record['date']}): commit "
+        f"{record_path(study_file)} before running the study\nfamily-wise error per family: {families}; "
+        f"study-wide: at most {error['bound']:.4f} (Bonferroni), {error['independent']:.4f} if the families "
+        "are independent"
+    )
 
 
-RULE = ("study.py", "study_plan.py", "report/claims.py", "report/claim_spec.py", "report/sequential.py", "report/stats.py",
-        "report/runs.py", "report/tables.py")  # the modules that compute verdicts and their labels
+RULE = (
+    "study.py",
+    "study_looks.py",
+    "study_plan.py",
+    "report/claims.py",
+    "report/claim_spec.py",
+    "report/sequential.py",
+    "report/stats.py",
+    "report/runs.py",
+    "report/tables.py",
+)  # the modules that compute verdicts and their labels
 
 
 def rule_fingerprint() -> dict[str, str]:
@@ -170,22 +177,38 @@ def rule_check(study_file: Path, record: dict, folder: Path, verdicts: dict) -> 
     said = f"the judging rule changed since registration ({', '.join(changed)})"
     cwd = Path(study_file).resolve().parent
     try:
-        archive = subprocess.run(["git", "archive", record["commit"], "--", "ner_lightning"], capture_output=True,
-                                 check=True, timeout=120, cwd=Path(_git("rev-parse", "--show-toplevel", cwd=cwd).strip()))
+        archive = subprocess.run(
+            ["git", "archive", record["commit"], "--", "ner_lightning"],
+            capture_output=True,
+            check=True,
+            timeout=120,
+            cwd=Path(_git("rev-parse", "--show-toplevel", cwd=cwd).strip()),
+        )
     except (OSError, subprocess.CalledProcessError):
         return f"{said}; git holds no package at the registered commit to judge with: judged by the current rule"
     with tempfile.TemporaryDirectory() as tmp:
         tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(tmp, filter="data")
         env = {**os.environ, "PYTHONPATH": tmp}
-        proc = subprocess.run([sys.executable, "-c", REGISTERED_RULE, str(Path(study_file).resolve()),
-                               str(Path(folder).resolve())], capture_output=True, text=True, env=env, cwd=cwd)
+        proc = subprocess.run(
+            [sys.executable, "-c", REGISTERED_RULE, str(Path(study_file).resolve()), str(Path(folder).resolve())],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
     if proc.returncode:
         return f"{said}; the registered rule failed to judge it ({proc.stderr.strip().splitlines()[-1:]})"
     registered = json.loads(proc.stdout.strip().splitlines()[-1])
-    differ = [f"{cid}: registered rule {registered.get(cid, {}).get('verdict')!r}, current {v['verdict']!r}"
-              for cid, v in verdicts.items() if registered.get(cid, {}).get("verdict") != v["verdict"]]
-    return f"{said}; " + ("labels that differ from the registered rule's: " + "; ".join(differ) if differ
-                          else "the registered rule gives every label the current one does")
+    differ = [
+        f"{cid}: registered rule {registered.get(cid, {}).get('verdict')!r}, current {v['verdict']!r}"
+        for cid, v in verdicts.items()
+        if registered.get(cid, {}).get("verdict") != v["verdict"]
+    ]
+    return f"{said}; " + (
+        "labels that differ from the registered rule's: " + "; ".join(differ)
+        if differ
+        else "the registered rule gives every label the current one does"
+    )
 
 
 def check_before_running(study_file: Path, record: dict, plan: dict) -> None:
@@ -215,7 +238,7 @@ def _start(result: dict) -> dt.datetime | None:
 
 
 def provenance(study_file: Path, record: dict, folder: Path) -> str:
-    """"registered at <commit>, <date>, before its first cell" when git and the cells prove it,
+    """ "registered at <commit>, <date>, before its first cell" when git and the cells prove it,
     else what is not proven."""
     cwd = Path(study_file).resolve().parent
     name = record_path(study_file).name
@@ -230,8 +253,10 @@ def provenance(study_file: Path, record: dict, folder: Path) -> str:
         return f"not proven registered: the registration record changed after {commit[:12]}"
     if _sha256(study_file) != record["sha256"]:
         return "not proven registered: the study file is not the one registered"
-    results = [(p.parent.as_posix(), json.loads(run_store.read_text(p)))
-               for p in run_store.files_named(Path(folder), "results.json")]
+    results = [
+        (p.parent.as_posix(), json.loads(run_store.read_text(p)))
+        for p in run_store.files_named(Path(folder), "results.json")
+    ]
     if not results:
         return f"registered at {commit[:12]}, {when.isoformat()}; no cell has run"
     descends: dict[str, bool] = {}  # cell commit -> whether it descends from the registration commit
@@ -240,8 +265,12 @@ def provenance(study_file: Path, record: dict, folder: Path) -> str:
         if not code.get("commit") or code.get("dirty") is not False:
             return f"not proven registered before its cells: {where} ran from an unknown or uncommitted tree"
         if code["commit"] not in descends:
-            descends[code["commit"]] = subprocess.run(["git", "merge-base", "--is-ancestor", commit, code["commit"]],
-                                                      cwd=cwd, capture_output=True).returncode == 0
+            descends[code["commit"]] = (
+                subprocess.run(
+                    ["git", "merge-base", "--is-ancestor", commit, code["commit"]], cwd=cwd, capture_output=True
+                ).returncode
+                == 0
+            )
         if not descends[code["commit"]] or start is None or start < when:
             return f"not proven registered before its cells: {where} ran before or beside the registration commit"
     return f"registered at {commit[:12]}, {when.isoformat()}, before its first cell ({len(results)} cells checked)"

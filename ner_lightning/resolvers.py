@@ -8,6 +8,7 @@
 Each resolver hands over to the module that owns the answer (hardware, precision, sweep), so
 this module stands above them and no module of the package imports it: the package registers
 the resolvers when it is imported (``ner_lightning/__init__.py``)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,18 +25,25 @@ def package_dir(package: str, sub: str = "") -> str:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"package {package!r} is not installed; run `make install` (or "
-            f"`pip install {package.replace('_', '-')}`)"
+            f"package {package!r} is not installed; run `make install` (or `pip install {package.replace('_', '-')}`)"
         )
     return str(Path(next(iter(spec.submodule_search_locations))) / sub)
 
 
 def register_resolvers() -> None:
     resolvers = {
-        "repo_root": lambda: str(root_dir()), "package_dir": package_dir,
+        "repo_root": lambda: str(root_dir()),
+        "package_dir": package_dir,
         "if_null": lambda value, default: default if value is None else value,
-        "sweep_cell": _sweep_cell, "parallel_jobs": _parallel_jobs, "cells_per_gpu": _cells_per_gpu, "best_precision": _best_precision,
-        "fused_adamw": _fused_adamw, "eval_batch_tokens": _eval_batch_tokens, "at_most": _at_most, "folder_name": _folder_name, "cell_run_id": _cell_run_id,
+        "sweep_cell": _sweep_cell,
+        "parallel_jobs": _parallel_jobs,
+        "cells_per_gpu": _cells_per_gpu,
+        "best_precision": _best_precision,
+        "fused_adamw": _fused_adamw,
+        "eval_batch_tokens": _eval_batch_tokens,
+        "at_most": _at_most,
+        "folder_name": _folder_name,
+        "cell_run_id": _cell_run_id,
         "sweep_name": _sweep_name,
     }
     for name, resolver in resolvers.items():

@@ -4,6 +4,7 @@
 (``ner_lightning.protocols``), the report reads its fields by dotted path
 (``ner_lightning.report.runs``). A field added here is a column the report can show.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Callable, Protocol, runtime_checkable
+from typing import IO, Any, Protocol, runtime_checkable
 
 from ner_lightning.clock import PROCESS
 
@@ -61,7 +63,9 @@ class CellResult:
     labels: dict | None = None  # entity types of each head: main and, multi-corpus, each auxiliary corpus
     predictions: dict | None = None  # split -> CoNLL file of the selected model's predictions (callbacks.predictions)
     export: str | None = None  # the exported model's folder (export=true; ner_lightning.export)
-    lockstep: dict | None = None  # the lockstep group it trained in (hydra/launcher=lockstep; ner_lightning.lockstep_fit)
+    lockstep: dict | None = (
+        None  # the lockstep group it trained in (hydra/launcher=lockstep; ner_lightning.lockstep_fit)
+    )
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -93,8 +97,10 @@ def contributed_sections(parts: list, out_dir: Path) -> dict[str, Any]:
             continue
         for key, value in part.result_section(out_dir).items():
             if key not in fields or key in out:
-                raise ValueError(f"{type(part).__name__}.result_section: {key!r} is "
-                                 f"{'not a results.json field' if key not in fields else 'contributed twice'}")
+                raise ValueError(
+                    f"{type(part).__name__}.result_section: {key!r} is "
+                    f"{'not a results.json field' if key not in fields else 'contributed twice'}"
+                )
             out[key] = value
     return out
 
@@ -105,8 +111,10 @@ def assemble_result(measured: dict[str, Any], contributed: dict[str, Any]) -> Ce
     :func:`contributed_sections`, all of them kept); a part may not declare a field the run fills."""
     clash = sorted(set(measured) & set(contributed))
     if clash:
-        raise ValueError(f"results.json fields {clash} are filled by the run and also declared by a part "
-                         "(result_section): rename the part's section")
+        raise ValueError(
+            f"results.json fields {clash} are filled by the run and also declared by a part "
+            "(result_section): rename the part's section"
+        )
     return CellResult(**measured, **contributed)
 
 
@@ -132,8 +140,9 @@ def time_spent(results: list[dict]) -> str | None:
     def hours(x: float) -> str:
         return f"{x / 3600:.2f} h" if x >= 3600 else f"{x / 60:.1f} min" if x >= 120 else f"{x:.1f} s"
 
-    parts = ", ".join(f"{phase} {hours(x)} ({x / wall:.0%})" for phase, x in sorted(totals.items(), key=lambda kv: -kv[1])
-                      if x > 0)
+    parts = ", ".join(
+        f"{phase} {hours(x)} ({x / wall:.0%})" for phase, x in sorted(totals.items(), key=lambda kv: -kv[1]) if x > 0
+    )
     return f"time of {len(timed)} cells, {hours(wall)}: {parts}"
 
 
@@ -164,9 +173,12 @@ def _write_atomic(path: Path, write: Callable[[IO[bytes]], object], fsync: bool)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         if _disk_full(err, path.parent):
-            raise OSError(errno.ENOSPC, f"no space left on device at {path.parent} (writing {path.name}): free "
-                          "space there — e.g. the checkpoints of old or failed cells, multirun/**/checkpoints — "
-                          "then rerun the same command to resume") from err
+            raise OSError(
+                errno.ENOSPC,
+                f"no space left on device at {path.parent} (writing {path.name}): free "
+                "space there — e.g. the checkpoints of old or failed cells, multirun/**/checkpoints — "
+                "then rerun the same command to resume",
+            ) from err
         raise
     return path
 
@@ -200,13 +212,25 @@ def best_epoch(history: list[dict], monitor: str) -> dict | None:
 # top-level W&B config values (group-by and parallel coordinates without JSON paths) and
 # written to results.json as "grid".
 GRID_PATHS = {
-    "size": "size", "partition": "partition", "seed": "seed", "init_seed": "init_seed",
-    "monitor": "monitor", "head_lr": "loss.head_lr", "lr": "optimizer.lr", "max_epochs": "trainer.max_epochs",
-    "label_scheme": "data.label_scheme", "entity_types": "data.entity_types",
-    "entity_share": "data.imbalance.entity_share", "resample": "data.resample",
-    "resample_variant": "data.resample_variant", "undersample": "data.undersample",
-    "augment": "data.augment.methods", "dev_size": "data.dev_size",
-    "aux": "aux", "aux_size": "aux_size", "aux_order": "multitask.aux_order",
+    "size": "size",
+    "partition": "partition",
+    "seed": "seed",
+    "init_seed": "init_seed",
+    "monitor": "monitor",
+    "head_lr": "loss.head_lr",
+    "lr": "optimizer.lr",
+    "max_epochs": "trainer.max_epochs",
+    "label_scheme": "data.label_scheme",
+    "entity_types": "data.entity_types",
+    "entity_share": "data.imbalance.entity_share",
+    "resample": "data.resample",
+    "resample_variant": "data.resample_variant",
+    "undersample": "data.undersample",
+    "augment": "data.augment.methods",
+    "dev_size": "data.dev_size",
+    "aux": "aux",
+    "aux_size": "aux_size",
+    "aux_order": "multitask.aux_order",
 }
 CHOSEN_GROUPS = ("dataset", "model", "loss", "data", "optimizer", "multitask", "experiment")
 

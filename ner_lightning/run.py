@@ -7,6 +7,7 @@ runs the cell's protocol (``ner_lightning.protocols``). A failing run writes ``f
 (traceback included) and, in a multirun, the other cells still run; Hydra reports the failure
 when the sweep ends.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,8 @@ from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning import console, protocols
-from ner_lightning.cell import Cell, Progress, finish_cell, fit_and_finish, setup_cell
 from ner_lightning.build import overrides
+from ner_lightning.cell import Cell, Progress, finish_cell, fit_and_finish, setup_cell
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import CONFIG_DIR, complete_config
 from ner_lightning.lockstep_fit import Member
@@ -56,7 +57,8 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress
     failure = {
         "status": "interrupted" if interrupted else "failed",
         "overrides": overrides(),
-        "error": "interrupted (Ctrl-C or SIGTERM); rerun the same command to resume" if interrupted
+        "error": "interrupted (Ctrl-C or SIGTERM); rerun the same command to resume"
+        if interrupted
         else f"{type(err).__name__}: {err}",
         "epoch": epoch,
         "global_step": step,
@@ -68,8 +70,13 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress
         where = write_json_atomic(out_dir / "failure.json", failure)
     except OSError as write_err:
         where = f"nowhere: {write_err}"
-    log.error("run %s (%s): %s — details in %s", failure["status"], " ".join(overrides()) or "defaults",
-              failure["error"], where)
+    log.error(
+        "run %s (%s): %s — details in %s",
+        failure["status"],
+        " ".join(overrides()) or "defaults",
+        failure["error"],
+        where,
+    )
 
 
 def _begin(cfg: DictConfig, out_dir: Path, progress: Progress) -> tuple[Cell, Path | None]:

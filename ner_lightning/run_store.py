@@ -12,6 +12,7 @@ in the order the folder would give them; a glob pattern that matches no folder o
     python -m ner_lightning.run_store unpack STORE     # the folder again, byte for byte
     python -m ner_lightning.sweep export SWEEP_DIR OUT.jsonl.xz   # a sweep's finished cells only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,9 @@ import fnmatch
 import json
 import lzma
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 from ner_lightning.results import write_atomic
 
@@ -45,8 +46,11 @@ def pack(folder: Path, out: Path | None = None) -> tuple[Path, int]:
     folder = Path(folder)
     if not folder.is_dir():
         raise SystemExit(f"{folder}: no such folder")
-    files = [(p.relative_to(folder).as_posix(), p.read_text(encoding="utf-8"))
-             for p in folder.rglob("*") if p.name in STORED and p.is_file()]
+    files = [
+        (p.relative_to(folder).as_posix(), p.read_text(encoding="utf-8"))
+        for p in folder.rglob("*")
+        if p.name in STORED and p.is_file()
+    ]
     if not files:
         raise SystemExit(f"{folder}: no {', '.join(STORED)} under it — nothing to store")
     return write_store(files, Path(out) if out else folder.with_name(folder.name + SUFFIX)), len(files)
@@ -84,7 +88,7 @@ def _read(path: Path, changed: int) -> dict[str, str]:
             record = json.loads(line)
             out[record["path"]] = record["text"]
         except (ValueError, KeyError, TypeError):
-            raise SystemExit(f"{path}, line {n}: not a run-store record ({{\"path\", \"text\"}})") from None
+            raise SystemExit(f'{path}, line {n}: not a run-store record ({{"path", "text"}})') from None
     return out
 
 
@@ -102,7 +106,7 @@ def store_of(path: Path) -> tuple[Path, str] | None:
     for i, folder in enumerate([path, *path.parents]):
         candidate = folder.with_name(folder.name + SUFFIX) if folder.name else None
         if candidate is not None and candidate.is_file():
-            return candidate, Path(*path.parts[len(path.parts) - i:]).as_posix() if i else ""
+            return candidate, Path(*path.parts[len(path.parts) - i :]).as_posix() if i else ""
     return None
 
 
@@ -115,8 +119,9 @@ def _stored_paths(path: Path) -> list[Path]:
     if found is None:
         return []
     store, inside = found
-    return [base_of(store) / rel for rel in read_store(store)
-            if not inside or rel == inside or rel.startswith(f"{inside}/")]
+    return [
+        base_of(store) / rel for rel in read_store(store) if not inside or rel == inside or rel.startswith(f"{inside}/")
+    ]
 
 
 def exists(path: Path) -> bool:
@@ -150,14 +155,17 @@ def glob(root: Path, pattern: str) -> list[Path]:
     found = {p for p in root.glob(pattern) if not p.name.endswith(SUFFIX)} if root.is_dir() else set()
     want = Path(pattern).parts
     for k in range(1, len(want) + 1):
-        for store in root.glob("/".join([*want[:k - 1], want[k - 1] + SUFFIX])):
+        for store in root.glob("/".join([*want[: k - 1], want[k - 1] + SUFFIX])):
             base, rest = base_of(store), want[k:]
             if not rest:
                 found.add(base)
                 continue
-            folders = {tuple(rel.split("/")[:len(rest)]) for rel in read_store(store) if rel.count("/") >= len(rest)}
-            found.update(base.joinpath(*f) for f in folders
-                         if all(fnmatch.fnmatchcase(part, w) for part, w in zip(f, rest)))
+            folders = {tuple(rel.split("/")[: len(rest)]) for rel in read_store(store) if rel.count("/") >= len(rest)}
+            found.update(
+                base.joinpath(*f)
+                for f in folders
+                if all(fnmatch.fnmatchcase(part, w) for part, w in zip(f, rest, strict=True))
+            )
     return sorted(found)
 
 

@@ -46,6 +46,7 @@ decisions must be the record's), then as registered with the deviations found si
 (``study_plan.read_deviations``), and prints that table, the as-run one where it differs, the study-wide
 error and whether the registered rule judged it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,15 +56,11 @@ import sys
 from pathlib import Path
 
 from ner_lightning import registration
-from ner_lightning.report.claim_spec import family, family_directions, grids_of, load_claims, scored_metric
-from ner_lightning.report.claims import (Judged, decide, interval_at, judge, undecided_verdict, verdict, verdict_kind,
-                                         wilcoxon_p)
-from ner_lightning.report.sequential import spent
-from ner_lightning.report.stats import detectable_effect
+from ner_lightning.report.claim_spec import family_directions, load_claims, scored_metric
 from ner_lightning.report.study_table import show, table, update_block
-from ner_lightning.study_plan import (family_alpha, look_levels, look_partitions, plan_of, read_deviations,
-                                      study_wide_error)
 from ner_lightning.results import write_json_atomic
+from ner_lightning.study_looks import decisions, run_looks
+from ner_lightning.study_plan import family_alpha, look_levels, plan_of, read_deviations, study_wide_error
 from ner_lightning.sweep import cells
 
 RECORD = "study.json"
@@ -79,8 +76,9 @@ def study_dir(path: Path, settings: dict) -> Path:
 def _partitions_in(folder: Path) -> set[int]:
     """The partitions of the cells a sweep folder's manifest already holds."""
     manifest = cells.read_manifest(folder) or {"cells": []}
-    return {int(o.split("=", 1)[1]) for cell in manifest["cells"] for o in cell["overrides"]
-            if o.startswith("partition=")}
+    return {
+        int(o.split("=", 1)[1]) for cell in manifest["cells"] for o in cell["overrides"] if o.startswith("partition=")
+    }
 
 
 def launch(grid: str, overrides: list[str], partitions: list[int], folder: Path, extra: list[str]) -> None:
@@ -89,21 +87,23 @@ def launch(grid: str, overrides: list[str], partitions: list[int], folder: Path,
     stay in the command (a sweep folder resumes only the grid it holds or a larger one; their
     cells are done, and the look judges its own partitions only)."""
     partitions = sorted(set(partitions) | _partitions_in(folder))
-    command = [sys.executable, "-m", "ner_lightning.run", "-m", *overrides,
-               f"partition={','.join(map(str, partitions))}", f"hydra.sweep.dir={folder}", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "ner_lightning.run",
+        "-m",
+        *overrides,
+        f"partition={','.join(map(str, partitions))}",
+        f"hydra.sweep.dir={folder}",
+        *extra,
+    ]
     print(f"study: grid {grid}, partitions {partitions[0]}–{partitions[-1]}: {' '.join(command[3:])}", flush=True)
     code = subprocess.run(command).returncode
     if code:
-        raise SystemExit(f"study: the sweep of grid {grid} ({folder}) exited with {code}: its failed cells are "
-                         "named above — fix the cause and run the same study command again (done cells are kept)")
-
-
-def _judge_look(claims: list[dict], settings: dict, folder: Path, partitions: list[int], scoring: str) -> list[Judged]:
-    """Each claim on the look's partitions, its metric under ``scoring`` (``claim_spec.scored_metric``)."""
-    labels = {str(p) for p in partitions}
-    loaded: dict = {}
-    return [judge({**c, "runs": grids_of(c), "metric": scored_metric(c, settings, scoring)}, settings["alpha"],
-                  settings["resamples"], settings["seed"], folder, loaded=loaded, partitions=labels) for c in claims]
+        raise SystemExit(
+            f"study: the sweep of grid {grid} ({folder}) exited with {code}: its failed cells are "
+            "named above — fix the cause and run the same study command again (done cells are kept)"
+        )
 
 
 def _plan_and_record(path: Path, record_path: Path, sequential: bool, replay: bool) -> tuple[dict, dict | None]:
@@ -117,15 +117,22 @@ def _plan_and_record(path: Path, record_path: Path, sequential: bool, replay: bo
         recorded["plan"] = {"boundaries": "z_nominal", **recorded["plan"]}
     if recorded and recorded["plan"] != plan:
         changed = ", ".join(k for k in plan if recorded["plan"].get(k) != plan[k])
-        raise SystemExit(f"{record_path}: this study ran with another plan ({changed} differ). A study's looks, "
-                         "claims and α are fixed before its first run; start a new study folder (study.dir)")
+        raise SystemExit(
+            f"{record_path}: this study ran with another plan ({changed} differ). A study's looks, "
+            "claims and α are fixed before its first run; start a new study folder (study.dir)"
+        )
     if replay and not recorded:
         raise SystemExit(f"{record_path}: no study record to replay — run the study first (without --show)")
     return plan, recorded
 
 
-def run_study(path: Path, sequential: bool = False, extra: list[str] | None = None, folder: Path | None = None,
-              replay: bool = False) -> dict:
+def run_study(
+    path: Path,
+    sequential: bool = False,
+    extra: list[str] | None = None,
+    folder: Path | None = None,
+    replay: bool = False,
+) -> dict:
     """Run the study of a claims file (module docstring), in ``folder`` if given; ``replay``: judge
     the recorded looks again from the folder's cells, launching and writing nothing (:func:`replay_study`)."""
     path = Path(path)
@@ -136,8 +143,10 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     record_path = folder / RECORD
     plan, recorded = _plan_and_record(path, record_path, sequential, False)
     if recorded and recorded.get("scoring", "as_written") != SCORING:
-        raise SystemExit(f"{record_path}: this study ran judging each claim's metric as written, not on its "
-                         "paper's scorer; it cannot go on under another rule: `--show` replays it both ways")
+        raise SystemExit(
+            f"{record_path}: this study ran judging each claim's metric as written, not on its "
+            "paper's scorer; it cannot go on under another rule: `--show` replays it both ways"
+        )
     registered = registration.read(path)
     if registered:
         registration.check_before_running(path, registered, plan)
@@ -148,8 +157,18 @@ def run_study(path: Path, sequential: bool = False, extra: list[str] | None = No
     def launch_grids(grids: list[str], partitions: list[int]) -> None:
         for grid in grids:
             launch(grid, list(settings["grids"][grid]), partitions, folder / grid, list(extra or []))
-    _looks(record, settings, claims, folder, len(plan["stages"]), SCORING, lambda: write_json_atomic(record_path, record),
-           launch_grids, robust=plan.get("robust"))
+
+    run_looks(
+        record,
+        settings,
+        claims,
+        folder,
+        len(plan["stages"]),
+        SCORING,
+        lambda: write_json_atomic(record_path, record),
+        launch_grids,
+        robust=plan.get("robust"),
+    )
     return record
 
 
@@ -163,14 +182,23 @@ def replay_study(path: Path, folder: Path) -> dict:
     as_run_scoring = recorded.get("scoring", "as_written")  # records from before the scorer was applied
     count = len(recorded["looks"])
     judged = {"claims_file": str(path), "plan": plan, "scoring": as_run_scoring, "looks": [], "verdicts": {}}
-    _looks(judged, settings, claims, folder, count, as_run_scoring)
-    if _decisions(judged) != _decisions(recorded):
-        raise SystemExit(f"{folder / RECORD}: the cells judged again give {judged['verdicts']}, the record says "
-                         f"{recorded['verdicts']}: the cells changed since the study ran")
+    run_looks(judged, settings, claims, folder, count, as_run_scoring)
+    if decisions(judged) != decisions(recorded):
+        raise SystemExit(
+            f"{folder / RECORD}: the cells judged again give {judged['verdicts']}, the record says "
+            f"{recorded['verdicts']}: the cells changed since the study ran"
+        )
     deviations = read_deviations(path)
     record = {"claims_file": str(path), "plan": plan, "scoring": SCORING, "looks": [], "verdicts": {}}
-    _looks(record, settings, [{**c, **deviations.get("claims", {}).get(str(c["id"]), {})} for c in claims], folder,
-           count, SCORING, robust=plan.get("robust") or deviations.get("exploratory_robust"))
+    run_looks(
+        record,
+        settings,
+        [{**c, **deviations.get("claims", {}).get(str(c["id"]), {})} for c in claims],
+        folder,
+        count,
+        SCORING,
+        robust=plan.get("robust") or deviations.get("exploratory_robust"),
+    )
     if any(scored_metric(c, settings, as_run_scoring) != scored_metric(c, settings, SCORING) for c in claims):
         record["as_run"] = recorded  # judged on other metrics than the registered ones
     record["deviations"] = deviations.get("note")
@@ -181,87 +209,32 @@ def replay_study(path: Path, folder: Path) -> dict:
     return record
 
 
-def _looks(record: dict, settings: dict, claims: list[dict], folder: Path, count: int, scoring: str,
-           save=lambda: None, launch_grids=None, robust: str | None = None) -> None:
-    """The study's first ``count`` looks into ``record``: at each, the grids of the undecided claims
-    launched (``launch_grids``, unless replaying), the claims judged under ``scoring``, decided
-    ones dropped; stops when none is left open."""
-    plan = record["plan"]
-    directions = family_directions(claims)  # as decide() counts a family
-    open_ids = [str(c["id"]) for c in claims if not c.get("vacuous")]  # a vacuous claim is not judged
-    levels: dict[tuple[int, float], list[float]] = {}
-    for k, n_k in enumerate(plan["stages"][:count]):
-        partitions = look_partitions(plan, n_k)
-        needed = [c for c in claims if str(c["id"]) in open_ids]
-        if launch_grids is not None:
-            launch_grids(list(dict.fromkeys(g for c in needed for g in grids_of(c))), partitions)
-        judged = _judge_look(needed, settings, folder, partitions, scoring)
-        look = {"look": k + 1, "partitions": n_k, "claims": {}}
-        if plan["sequential"]:
-            for j in judged:
-                name = family(j.claim)
-                key = (directions[name], family_alpha(plan, name))
-                if key not in levels:  # the boundary of a family of this size and α
-                    levels[key] = look_levels(plan, *key)
-                stats, final = _sequential_look(j, plan, k, levels[key][k], key, robust)
-                look["claims"][str(j.claim["id"])] = stats
-                if final:
-                    record["verdicts"][str(j.claim["id"])] = final
-                    open_ids.remove(str(j.claim["id"]))
-        else:
-            decide(judged, plan["alpha"])
-            for j in judged:
-                look["claims"][str(j.claim["id"])] = {"n": j.n, "seeds": list(j.seeds), "mean": j.mean, "p": j.p,
-                                                      "p_reverse": j.p_reverse, "p_holm": j.p_holm}
-                record["verdicts"][str(j.claim["id"])] = {"verdict": j.verdict, "look": 1, "partitions": n_k}
-            open_ids = []
-        record["looks"].append(look)
-        save()
-        if not open_ids:
-            break
-
-
-def _sequential_look(j: Judged, plan: dict, k: int, level: float, family_size: tuple[int, float],
-                     robust: str | None = None) -> tuple[dict, dict | None]:
-    """One claim at look ``k``: its statistics against the look's ``level``, and its verdict when
-    a direction crossed or this is the last look (then undecided: what does the interval at the
-    look's level say of the paper's Δ and of 0?). ``robust``: the second analysis beside it."""
-    stages, (tests, alpha) = plan["stages"], family_size
-    decided = None if (v := verdict(j.p, j.p_reverse, level)) == "inconclusive" else v
-    low, high = interval_at(j, level)
-    stats = {"n": j.n, "seeds": list(j.seeds), "mean": j.mean, "t_interval": [j.t_low, j.t_high], "p": j.p,
-             "p_reverse": j.p_reverse, "level": level,
-             "alpha_spent": tests * spent(stages[k] / stages[-1], alpha / tests, plan["spending"]),
-             "decision": decided, "interval_at_level": [low, high], "sd": j.sd, "planning_sd": j.claim.get("planning_sd")}
-    if robust:
-        stats["robust"] = {"test": robust, "registered": robust == plan.get("robust"),
-                           "p": dict(zip(("claim", "reverse"), wilcoxon_p(j)))}
-    if not decided and k < len(stages) - 1:
-        return stats, None
-    undecided = undecided_verdict(j.claim, low, high, detectable_effect(j.sd, j.n, level, 1))
-    return stats, {"verdict": verdict(j.p, j.p_reverse, level, undecided), "look": k + 1, "partitions": stages[k]}
-
-
-def _decisions(record: dict) -> dict:
-    """Each claim's look and decision (replicated / not replicated / undecided): what the cells
-    decide; the label of an undecided claim follows the claims module's current rule."""
-    undecided = ("inconclusive", "underpowered", "smaller than reported")
-    return {cid: (v["look"], "undecided" if verdict_kind(v["verdict"]) in undecided else v["verdict"])
-            for cid, v in record["verdicts"].items()}
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="ner-lightning study", description=__doc__.split("\n\n")[0])
     ap.add_argument("claims", type=Path, help="a claims file with `grids`, `grid` per claim and a `study` plan")
     ap.add_argument("--sequential", action="store_true", help="judge at the plan's stages, stop when decided")
-    ap.add_argument("--dir", type=Path, help="the study folder (default: the file's study.dir, else "
-                    "multirun/study/<file name>)")
-    ap.add_argument("--show", action="store_true", help="launch nothing: judge the recorded study's cells again, "
-                    "check them against its record and print the table")
-    ap.add_argument("--register", action="store_true", help="fix the committed file's design before any cell "
-                    "runs: write its registration record (commit it, then run the study)")
-    ap.add_argument("--update", type=Path, metavar="DOC", help="with --show: rewrite the block '<!-- study table: "
-                    "FILE -->' ... '<!-- end study table -->' of this Markdown file with what --show prints")
+    ap.add_argument(
+        "--dir", type=Path, help="the study folder (default: the file's study.dir, else multirun/study/<file name>)"
+    )
+    ap.add_argument(
+        "--show",
+        action="store_true",
+        help="launch nothing: judge the recorded study's cells again, "
+        "check them against its record and print the table",
+    )
+    ap.add_argument(
+        "--register",
+        action="store_true",
+        help="fix the committed file's design before any cell "
+        "runs: write its registration record (commit it, then run the study)",
+    )
+    ap.add_argument(
+        "--update",
+        type=Path,
+        metavar="DOC",
+        help="with --show: rewrite the block '<!-- study table: "
+        "FILE -->' ... '<!-- end study table -->' of this Markdown file with what --show prints",
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every grid (e.g. hydra/launcher=parallel)")
     args = ap.parse_intermixed_args(argv)  # overrides before or after --sequential
     if not args.claims.is_file():
@@ -271,8 +244,15 @@ def main(argv: list[str] | None = None) -> None:
         plan = plan_of(args.claims, True)
         families = family_directions(claims)
         levels = {name: look_levels(plan, tests, family_alpha(plan, name)) for name, tests in families.items()}
-        print(registration.register(args.claims, plan, levels, args.dir or study_dir(args.claims, settings),
-                                    study_wide_error(plan, list(families))))
+        print(
+            registration.register(
+                args.claims,
+                plan,
+                levels,
+                args.dir or study_dir(args.claims, settings),
+                study_wide_error(plan, list(families)),
+            )
+        )
         return
     record = run_study(args.claims, args.sequential, args.overrides, args.dir, args.show)
     print(show(record) if args.show else table(record))

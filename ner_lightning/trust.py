@@ -10,11 +10,13 @@ checked before it is imported, the class it names after (``ner_lightning.export.
 names a function of another module through one of ours, and is refused). ``--trust-config``
 builds whatever the file names, as ``transformers``' ``trust_remote_code=True`` runs its code.
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 PACKAGE = "ner_lightning"
 
@@ -44,8 +46,14 @@ def _walk(node: Any, key: str) -> Iterator[tuple[str, Any]]:
 
 
 def _refuse(where: str, key: str, what: str, trust_hint: bool = True) -> UntrustedConfigError:
-    hint = (" If you trust this file, --allow-module MODULE builds the classes of a module of yours "
-            "and --trust-config builds whatever it names.") if trust_hint else ""
+    hint = (
+        (
+            " If you trust this file, --allow-module MODULE builds the classes of a module of yours "
+            "and --trust-config builds whatever it names."
+        )
+        if trust_hint
+        else ""
+    )
     return UntrustedConfigError(f"{where}: {key}: {what}; refused before anything was built.{hint}")
 
 
@@ -67,8 +75,9 @@ def check_buildable(node: dict, builds: type, key: str, where: str, trust: Trust
             targets.append((path.rsplit(".", 1)[0], value))
     for path, target in targets:
         if not isinstance(target, str) or not trust.allows(target):
-            raise _refuse(where, f"{path}._target_", f"{target!r} is not a class of {PACKAGE} or of a module "
-                          "you allowed")
+            raise _refuse(
+                where, f"{path}._target_", f"{target!r} is not a class of {PACKAGE} or of a module you allowed"
+            )
     from hydra.utils import get_object
     from torch import nn
 
@@ -76,16 +85,27 @@ def check_buildable(node: dict, builds: type, key: str, where: str, trust: Trust
         cls = get_object(target)
         base = builds if path == key else nn.Module
         if not (isinstance(cls, type) and trust.allows(cls.__module__) and issubclass(cls, base)):
-            raise _refuse(where, f"{path}._target_", f"{target!r} is not a {base.__module__}.{base.__qualname__} "
-                          "class defined there")
+            raise _refuse(
+                where,
+                f"{path}._target_",
+                f"{target!r} is not a {base.__module__}.{base.__qualname__} class defined there",
+            )
 
 
 def add_trust_options(ap: argparse.ArgumentParser) -> None:
     """The command-line switches of :class:`ner_lightning.trust.Trust` (README: "Using a trained model")."""
-    ap.add_argument("--allow-module", action="append", default=[], metavar="MODULE",
-                    help="also build classes of this module of yours (a loss of your own); only for files you trust")
-    ap.add_argument("--trust-config", action="store_true",
-                    help="build whatever the cell's config names, as transformers' trust_remote_code=True runs code")
+    ap.add_argument(
+        "--allow-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also build classes of this module of yours (a loss of your own); only for files you trust",
+    )
+    ap.add_argument(
+        "--trust-config",
+        action="store_true",
+        help="build whatever the cell's config names, as transformers' trust_remote_code=True runs code",
+    )
 
 
 def trust_of(args: argparse.Namespace) -> Trust:

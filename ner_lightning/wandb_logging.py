@@ -1,4 +1,5 @@
 """Weights & Biases: the logger ``logger=wandb`` builds, and what a cell adds to its W&B run."""
+
 from __future__ import annotations
 
 import sys
@@ -24,7 +25,7 @@ class WandbLogger(LightningWandbLogger):
     def __init__(self, *args, prediction_table_rows: int, tags=None, **kwargs):
         """``prediction_table_rows``: sentences per split in the run's prediction tables
         (:func:`log_prediction_tables`; 0 = none)."""
-        tags = [t if len(t) <= self.TAG_LIMIT else t[:self.TAG_LIMIT - 1] + "…" for t in map(str, tags or [])]
+        tags = [t if len(t) <= self.TAG_LIMIT else t[: self.TAG_LIMIT - 1] + "…" for t in map(str, tags or [])]
         super().__init__(*args, tags=tags or None, **kwargs)
         self.prediction_table_rows = prediction_table_rows
         if not kwargs.get("anonymous"):
@@ -60,8 +61,9 @@ def prediction_rows(path: Path, limit: int) -> list[list]:
         if not gold and not pred:
             continue
 
-        def show(found: set) -> str:
-            return "; ".join(f"{t}: {' '.join(words[a:b + 1])}" for t, a, b in sorted(found, key=lambda s: s[1:]))
+        def show(found: set, words: list[str] = words) -> str:
+            return "; ".join(f"{t}: {' '.join(words[a : b + 1])}" for t, a, b in sorted(found, key=lambda s: s[1:]))
+
         rows.append([" ".join(words), show(gold), show(pred), show(gold - pred), show(pred - gold), gold == pred])
     rows.sort(key=lambda row: row[-1])  # stable: errors first, each part in file order
     return rows[:limit]

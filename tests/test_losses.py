@@ -259,7 +259,7 @@ def test_crf_log_likelihood_equals_torchcrf_and_brute_force():
     for bit with its gradients, and the log of a probability summed over all paths by hand."""
     from torchcrf import CRF
 
-    from ner_lightning.models.heads import crf_log_likelihood
+    from ner_lightning.models.crf import crf_log_likelihood
 
     torch.manual_seed(1)
     k, t = 3, 4

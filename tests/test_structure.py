@@ -84,3 +84,20 @@ def test_the_package_has_no_import_circle(level):
     graph = module_imports(PACKAGE)
     found = cycles(graph if level == "modules" else part_graph(graph))
     assert found == [], f"import circles between {level}: {found}"
+
+
+def test_every_module_is_under_300_lines():
+    """One job per module: a module that grows past 300 lines is split by what it does."""
+    long = {str(f.relative_to(PACKAGE)): n for f in PACKAGE.rglob("*.py") if (n := len(f.read_text().splitlines())) >= 300}
+    assert not long, f"modules of 300 lines or more: {long}"
+
+
+def test_the_readme_layout_names_every_module():
+    """The README's layout lists every module of the package (its file name or its name as a word)."""
+    import re
+
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme[readme.index("ner_lightning/\n") : readme.index("hydra_plugins/")]
+    named = lambda f: f.name in layout or re.search(rf"(?<!\w){re.escape(f.stem)}(?!\w)", layout)  # noqa: E731
+    missing = [str(f.relative_to(PACKAGE)) for f in PACKAGE.rglob("*.py") if f.name != "__init__.py" and not named(f)]
+    assert not missing, f"README's layout leaves out {missing}"

@@ -413,7 +413,7 @@ def test_show_judges_with_the_registered_rule_and_names_the_labels_a_changed_rul
     import shutil
     from pathlib import Path
 
-    from ner_lightning import registration, study
+    from ner_lightning import registration, study, study_looks
     from ner_lightning.study import look_levels, plan_of, study_wide_error
 
     repo = tmp_path / "repo"
@@ -446,7 +446,7 @@ def test_show_judges_with_the_registered_rule_and_names_the_labels_a_changed_rul
     assert replayed["verdicts"]["c"]["verdict"] == "inconclusive"
     changed = {**registration.rule_fingerprint(), "report/claims.py": "0" * 64}
     monkeypatch.setattr(registration, "rule_fingerprint", lambda: changed)
-    monkeypatch.setattr(study, "undecided_verdict", lambda *args: "underpowered; 0 excluded")
+    monkeypatch.setattr(study_looks, "undecided_verdict", lambda *args: "underpowered; 0 excluded")
     tampered = study.run_study(Path("study.yaml"), replay=True)
     assert tampered["verdicts"]["c"]["verdict"] == "underpowered; 0 excluded"
     assert tampered["rule"] == ("the judging rule changed since registration (report/claims.py); labels that differ "

@@ -2,6 +2,7 @@
 namespace: these name ours, which live in ``ner_lightning/sweep/`` (the lockstep launcher in
 ``ner_lightning/lockstep_launcher.py``, above the cell's run it drives) (conf/hydra/sweeper/grid.yaml,
 conf/hydra/launcher/local.yaml, parallel.yaml, lockstep.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
+
 from ner_lightning import lockstep_launcher
 from ner_lightning.sweep import launchers, optuna, sweeper
 

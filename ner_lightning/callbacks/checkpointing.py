@@ -1,5 +1,6 @@
 """Checkpoint persistence: when the best-on-dev weights (``best.ckpt``) and the full resume state
 (``last.ckpt``) reach the disk."""
+
 from __future__ import annotations
 
 import time
@@ -9,7 +10,6 @@ import pytorch_lightning as pl
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from pytorch_lightning.callbacks import ModelCheckpoint
-
 
 HOLDING: WeakKeyDictionary = WeakKeyDictionary()  # trainer -> the BestCheckpoints holding writes for it
 
@@ -81,8 +81,10 @@ class ResumeCheckpoint(ModelCheckpoint):
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         holding = HOLDING.get(trainer, [])
-        others_wrote = any(cb is not self and cb not in holding and cb._last_global_step_saved == trainer.global_step
-                           for cb in trainer.checkpoint_callbacks)
+        others_wrote = any(
+            cb is not self and cb not in holding and cb._last_global_step_saved == trainer.global_step
+            for cb in trainer.checkpoint_callbacks
+        )
         recent = self._written_at is not None and time.monotonic() - self._written_at < self.min_interval_s
         if recent and not others_wrote:
             return

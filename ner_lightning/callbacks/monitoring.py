@@ -1,5 +1,6 @@
 """Monitoring callbacks: real (non-padding) sub-word tokens per second, and the precision dev/test
 evaluation runs in."""
+
 from __future__ import annotations
 
 import logging
@@ -94,9 +95,11 @@ class EvalPrecision(pl.Callback):
 
     def __init__(self, precision: str):
         if precision not in self.NAMES:
-            raise ValueError(f"callbacks.eval_precision.precision must be one of {self.NAMES} (the default, "
-                             "${best_precision:${trainer.accelerator},${model},eval}, measures the fastest), "
-                             f"got {precision!r}")
+            raise ValueError(
+                f"callbacks.eval_precision.precision must be one of {self.NAMES} (the default, "
+                "${best_precision:${trainer.accelerator},${model},eval}, measures the fastest), "
+                f"got {precision!r}"
+            )
         self.precision = precision
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -1,4 +1,5 @@
 """MUNCH-Stack's phases (MUNCHABLES Alg. 4): one auxiliary corpus after the other."""
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,8 @@ class AuxiliaryPhases(ScheduleHorizon):
     until the main model converges (``is_converge_main``): the epoch's mean main-corpus training
     loss has not reached a new minimum for ``patience`` epochs (after ``min_epochs``), or
     ``max_epochs`` epochs have passed, or the run's rate policy (``NERModule.use_rate_policy``:
-    ``AnnealOnPlateau``, when present) has taken the learning rate below its minimum. Then the next auxiliary takes over and the learning-rate
-    schedule starts again; after the last phase the run ends."""
+    ``AnnealOnPlateau``, when present) has taken the learning rate below its minimum. Then the next
+    auxiliary takes over and the learning-rate schedule starts again; after the last phase the run ends."""
 
     restarts_schedule = True
 
@@ -25,8 +26,13 @@ class AuxiliaryPhases(ScheduleHorizon):
         self.history: list[dict] = []  # per phase: auxiliary, epochs, first/last epoch, why it ended
 
     def state_dict(self) -> dict:
-        return {"phase": self.phase, "epochs_in_phase": self.epochs_in_phase, "bad_epochs": self.bad_epochs,
-                "best": self.best, "history": self.history}
+        return {
+            "phase": self.phase,
+            "epochs_in_phase": self.epochs_in_phase,
+            "bad_epochs": self.bad_epochs,
+            "best": self.best,
+            "history": self.history,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
@@ -57,12 +63,23 @@ class AuxiliaryPhases(ScheduleHorizon):
     def on_train_end(self, trainer, pl_module) -> None:
         dm = trainer.datamodule
         if not self.history or self.history[-1]["phase"] != self.phase:
-            self.history.append({"phase": self.phase, "auxiliary": dm.aux_names[self.phase],
-                                 "epochs": self.epochs_in_phase, "last_epoch": trainer.current_epoch - 1,
-                                 "ended_by": "the trainer stopped (trainer.max_epochs or another callback)"})
+            self.history.append(
+                {
+                    "phase": self.phase,
+                    "auxiliary": dm.aux_names[self.phase],
+                    "epochs": self.epochs_in_phase,
+                    "last_epoch": trainer.current_epoch - 1,
+                    "ended_by": "the trainer stopped (trainer.max_epochs or another callback)",
+                }
+            )
         if self.phase + 1 < len(dm.aux_names):
-            log.warning("MUNCH-Stack ended in phase %d of %d (%s): auxiliaries %s were never used", self.phase + 1, len(dm.aux_names), self.history[-1]["ended_by"],
-                        dm.aux_names[self.phase + 1:])
+            log.warning(
+                "MUNCH-Stack ended in phase %d of %d (%s): auxiliaries %s were never used",
+                self.phase + 1,
+                len(dm.aux_names),
+                self.history[-1]["ended_by"],
+                dm.aux_names[self.phase + 1 :],
+            )
 
     def converged(self, trainer, pl_module) -> str | None:
         """Why the current phase has converged, or None."""
@@ -87,8 +104,15 @@ class AuxiliaryPhases(ScheduleHorizon):
         if why is None:
             return
         aux = dm.aux_names[self.phase]
-        self.history.append({"phase": self.phase, "auxiliary": aux, "epochs": self.epochs_in_phase,
-                             "last_epoch": trainer.current_epoch, "ended_by": why})
+        self.history.append(
+            {
+                "phase": self.phase,
+                "auxiliary": aux,
+                "epochs": self.epochs_in_phase,
+                "last_epoch": trainer.current_epoch,
+                "ended_by": why,
+            }
+        )
         log.info("MUNCH-Stack phase %d (%s) converged after %d epochs (%s)", self.phase, aux, self.epochs_in_phase, why)
         if self.phase + 1 >= len(dm.aux_names):
             trainer.should_stop = True

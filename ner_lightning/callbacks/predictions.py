@@ -1,4 +1,5 @@
 """Dev and test predictions of the selected model, written next to ``results.json``."""
+
 from __future__ import annotations
 
 import os
@@ -40,6 +41,7 @@ class PredictionWriter(pl.Callback):
         for corpus, tags in predicted.items():
             sentences = dm.sentences_of(split, corpus)
             name = split if corpus == dm.corpus_names[0] else f"{split}_{corpus}"
-            path = write_conll(self.dirpath / f"{name}.conll", [s.tokens for s in sentences],
-                               [s.tags for s in sentences], tags)
+            path = write_conll(
+                self.dirpath / f"{name}.conll", [s.tokens for s in sentences], [s.tags for s in sentences], tags
+            )
             self.written[name] = str(path)

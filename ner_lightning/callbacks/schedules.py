@@ -1,5 +1,6 @@
 """Callbacks that own the training schedule: a budget counted in batches, the MUNCHABLES paper's
 annealing, and the contract for a callback that sets the learning-rate schedule's length."""
+
 from __future__ import annotations
 
 import abc
@@ -39,7 +40,9 @@ class BatchBudget(ScheduleHorizon):
 
     def __init__(self, batches: int):
         if int(batches) < 1:
-            raise ValueError(f"callbacks.batch_budget.batches must be a positive number of training batches, got {batches}")
+            raise ValueError(
+                f"callbacks.batch_budget.batches must be a positive number of training batches, got {batches}"
+            )
         self.batches = int(batches)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -47,16 +50,22 @@ class BatchBudget(ScheduleHorizon):
         if stage != "fit":
             return
         if trainer.max_epochs not in (None, -1) or trainer.max_steps not in (None, -1):
-            raise ValueError(f"callbacks.batch_budget ends training after {self.batches} batches, but trainer.max_epochs="
-                             f"{trainer.max_epochs} / trainer.max_steps={trainer.max_steps} may end it first: "
-                             "set trainer.max_epochs=-1 trainer.max_steps=-1 (trainer=batch_budget does)")
+            raise ValueError(
+                f"callbacks.batch_budget ends training after {self.batches} batches, but trainer.max_epochs="
+                f"{trainer.max_epochs} / trainer.max_steps={trainer.max_steps} may end it first: "
+                "set trainer.max_epochs=-1 trainer.max_steps=-1 (trainer=batch_budget does)"
+            )
         if trainer.fit_loop.min_epochs or trainer.fit_loop.min_steps:
-            raise ValueError(f"callbacks.batch_budget: trainer.min_epochs={trainer.fit_loop.min_epochs} / trainer.min_steps="
-                             f"{trainer.fit_loop.min_steps} would keep training past the budget: set them to 0 "
-                             "(trainer=batch_budget does)")
+            raise ValueError(
+                f"callbacks.batch_budget: trainer.min_epochs={trainer.fit_loop.min_epochs} / trainer.min_steps="
+                f"{trainer.fit_loop.min_steps} would keep training past the budget: set them to 0 "
+                "(trainer=batch_budget does)"
+            )
         if trainer.check_val_every_n_epoch is not None:
-            raise ValueError("callbacks.batch_budget counts batches across epochs: set trainer.check_val_every_n_epoch=null "
-                             "and trainer.val_check_interval=<batches between dev evaluations> (trainer=batch_budget does)")
+            raise ValueError(
+                "callbacks.batch_budget counts batches across epochs: set trainer.check_val_every_n_epoch=null "
+                "and trainer.val_check_interval=<batches between dev evaluations> (trainer=batch_budget does)"
+            )
 
     def schedule_steps(self, trainer) -> int:
         """Length of the learning-rate schedule: the budget (the schedule steps once a batch)."""
@@ -67,12 +76,12 @@ class BatchBudget(ScheduleHorizon):
             trainer.should_stop = True
 
 
-def restart_schedule(trainer: "pl.Trainer") -> None:
+def restart_schedule(trainer: pl.Trainer) -> None:
     """Back to step 0 of the learning-rate schedule (warm-up again, then decay over a phase)."""
     for config in trainer.lr_scheduler_configs:
         sched = config.scheduler
         sched.last_epoch = 0
-        for group, base, fn in zip(sched.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas):
+        for group, base, fn in zip(sched.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas, strict=True):
             group["lr"] = base * fn(0)
 
 
@@ -101,7 +110,7 @@ class AnnealOnPlateau(pl.Callback):
         for config in trainer.lr_scheduler_configs:
             sched = config.scheduler
             sched.lr_lambdas = [self._multiplier for _ in sched.lr_lambdas]
-            for group, base in zip(sched.optimizer.param_groups, sched.base_lrs):
+            for group, base in zip(sched.optimizer.param_groups, sched.base_lrs, strict=True):
                 group["lr"] = base * self.scale
 
     def _multiplier(self, step: int) -> float:
@@ -135,8 +144,13 @@ class AnnealOnPlateau(pl.Callback):
             self.scale *= self.factor
             self.bad_epochs = 0
             restart_schedule(trainer)  # applies the new multiplier
-            log.info("epoch %d: main loss has not improved for %d epochs, learning rate x%g (now %.2e)",
-                     trainer.current_epoch, self.patience, self.factor, self.learning_rate(trainer))
+            log.info(
+                "epoch %d: main loss has not improved for %d epochs, learning rate x%g (now %.2e)",
+                trainer.current_epoch,
+                self.patience,
+                self.factor,
+                self.learning_rate(trainer),
+            )
         self.converged = self.below_minimum(trainer)
         owner = pl_module.schedule_owner  # a phase that restarts the schedule ends training itself
         if self.converged and not (owner is not None and owner.restarts_schedule):

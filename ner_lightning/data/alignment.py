@@ -10,11 +10,13 @@ The MRC framing (``loss=mrc``, Li et al. 2020) asks one question per entity type
 is ``[CLS] query [SEP] sentence [SEP]`` (the tokenizer's own pair frame), the query tokenised
 once per type, and a word's label is its tag projected on the queried type (:data:`SPAN_TAGS`).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -71,9 +73,12 @@ class SubwordAligner:
         if self.max_length <= self.n_special:
             raise ValueError(f"max_length={max_length} leaves no room for tokens")
         # a tokenizer: its class, name and the settings that change its pieces (RoBERTa's add_prefix_space)
-        self._piece_key = (tokenizer.__class__.__name__, str(getattr(tokenizer, "name_or_path", id(tokenizer))),
-                           repr(tokenizer.init_kwargs.get("add_prefix_space")),
-                           repr(tokenizer.init_kwargs.get("do_lower_case")))
+        self._piece_key = (
+            tokenizer.__class__.__name__,
+            str(getattr(tokenizer, "name_or_path", id(tokenizer))),
+            repr(tokenizer.init_kwargs.get("add_prefix_space")),
+            repr(tokenizer.init_kwargs.get("do_lower_case")),
+        )
         self._pieces = _PIECE_CACHE.setdefault(self._piece_key, {})
 
     def word_pieces(self, words: Sequence[str]) -> list[list[int]]:
@@ -82,7 +87,7 @@ class SubwordAligner:
         if missing:
             encoded = self.tokenizer(missing, add_special_tokens=False)["input_ids"]
             unk = [self.tokenizer.unk_token_id]
-            for w, ids in zip(missing, encoded):
+            for w, ids in zip(missing, encoded, strict=True):
                 self._pieces[w] = list(ids) or unk
         return [self._pieces[w] for w in words]
 
@@ -128,7 +133,7 @@ class SubwordAligner:
         input_ids = self.prefix + body + self.suffix
         labels = [IGNORE_INDEX] * len(input_ids)
         word_starts = [s + len(self.prefix) for s in starts]
-        for pos, tag in zip(word_starts, tags):
+        for pos, tag in zip(word_starts, tags, strict=True):
             labels[pos] = label2id[tag]
         return Feature(si, offset, input_ids, labels, word_starts)
 
@@ -150,8 +155,11 @@ def project_on_type(tags: Sequence[str], entity_type: str) -> list[int]:
             continue
         begins = tag[0] == "B" or i == 0 or not inside[i - 1]
         ends = i + 1 == len(tags) or not (inside[i + 1] and tags[i + 1][0] == "I")
-        out.append(SPAN_TAGS.index({(True, False): "B", (False, True): "E", (True, True): "S",
-                                    (False, False): "I"}[(begins, ends)]))
+        out.append(
+            SPAN_TAGS.index(
+                {(True, False): "B", (False, True): "E", (True, True): "S", (False, False): "I"}[(begins, ends)]
+            )
+        )
     return out
 
 
@@ -183,10 +191,12 @@ class QueryAligner(SubwordAligner):
         super().__init__(tokenizer, max_length)
         self.prefix, self.middle, self.suffix = pair_token_frame(tokenizer)
         self.queries = [list(q) for q in tokenizer(list(queries), add_special_tokens=False)["input_ids"]]
-        for q, text in zip(self.queries, queries):
+        for q, text in zip(self.queries, queries, strict=True):
             if self.max_length - len(self.prefix + q + self.middle + self.suffix) < 8:
-                raise ValueError(f"the MRC query {text!r} leaves fewer than 8 of data.max_length={self.max_length} "
-                                 "sub-tokens for the sentence: shorten it (dataset.queries) or raise max_length")
+                raise ValueError(
+                    f"the MRC query {text!r} leaves fewer than 8 of data.max_length={self.max_length} "
+                    "sub-tokens for the sentence: shorten it (dataset.queries) or raise max_length"
+                )
 
     def labels_for(self, label_set) -> Sequence[str]:
         """What :meth:`encode` takes for a label set: its entity types, one query each."""
@@ -198,7 +208,7 @@ class QueryAligner(SubwordAligner):
     def _encode(self, sentences: Sequence[Sentence], types: Sequence[str]) -> list[Feature]:
         self.word_pieces([w for s in sentences for w in s.tokens])
         features: list[Feature] = []
-        for ti, (etype, query) in enumerate(zip(types, self.queries)):
+        for ti, (etype, query) in enumerate(zip(types, self.queries, strict=True)):
             head = self.prefix + query + self.middle
             budget = self.max_length - len(head) - len(self.suffix)
             for si, sent in enumerate(sentences):
@@ -215,7 +225,7 @@ class QueryAligner(SubwordAligner):
             input_ids.extend(p)
         input_ids += self.suffix
         labels = [IGNORE_INDEX] * len(input_ids)
-        for pos, label in zip(word_starts, word_labels):
+        for pos, label in zip(word_starts, word_labels, strict=True):
             labels[pos] = label
         return Feature(si, offset, input_ids, labels, word_starts, type_index=ti, segment_start=len(head))
 
@@ -255,9 +265,11 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
     w = max(f.n_words for f in features)
     lengths = [len(f.input_ids) for f in features]
     batch = {  # one tensor per field from padded lists (a tensor per row and field cost ~3x more)
-        "input_ids": torch.tensor([f.input_ids + [pad_token_id] * (t - k) for f, k in zip(features, lengths)]),
+        "input_ids": torch.tensor(
+            [f.input_ids + [pad_token_id] * (t - k) for f, k in zip(features, lengths, strict=True)]
+        ),
         "attention_mask": torch.tensor([[1] * k + [0] * (t - k) for k in lengths]),
-        "labels": torch.tensor([f.labels + [IGNORE_INDEX] * (t - k) for f, k in zip(features, lengths)]),
+        "labels": torch.tensor([f.labels + [IGNORE_INDEX] * (t - k) for f, k in zip(features, lengths, strict=True)]),
         "word_starts": torch.tensor([f.word_starts + [0] * (w - f.n_words) for f in features]),
         "word_mask": torch.tensor([[True] * f.n_words + [False] * (w - f.n_words) for f in features]),
         "sentence_index": torch.tensor([f.sentence_index for f in features]),
@@ -265,11 +277,16 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
     }
     batch["pack"] = pack_plan(lengths, t)
     batch["layout"] = BatchLayout(
-        words=tuple(f.n_words for f in features), sentences=tuple(f.sentence_index for f in features),
+        words=tuple(f.n_words for f in features),
+        sentences=tuple(f.sentence_index for f in features),
         offsets=tuple(f.word_offset for f in features),
-        types=tuple(f.type_index for f in features) if features[0].type_index >= 0 else (), corpora=(0,) * n)
+        types=tuple(f.type_index for f in features) if features[0].type_index >= 0 else (),
+        corpora=(0,) * n,
+    )
     if features[0].type_index >= 0:  # MRC: the queried type, and segment ids (query 0, sentence 1)
         batch["type_index"] = torch.tensor([f.type_index for f in features])
         segment = torch.tensor([f.segment_start for f in features])
-        batch["token_type_ids"] = ((torch.arange(t)[None, :] >= segment[:, None]) & batch["attention_mask"].bool()).long()
+        batch["token_type_ids"] = (
+            (torch.arange(t)[None, :] >= segment[:, None]) & batch["attention_mask"].bool()
+        ).long()
     return batch

@@ -1,10 +1,11 @@
 """Data augmentation of a training set (Dai & Adel 2020): label-wise token replacement (LwTR),
 mention replacement (MR) and shuffling within segments (SiS); the last regime applied
 (``data/regimes.py`` has the order)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,7 +34,7 @@ def augment(
     by_label: dict[str, list[str]] = defaultdict(list)
     mentions: dict[str, list[tuple[str, ...]]] = defaultdict(list)
     for s in sentences:
-        for tok, tag in zip(s.tokens, s.tags):
+        for tok, tag in zip(s.tokens, s.tags, strict=True):
             by_label[tag].append(tok)
         for a, b in mention_spans(s.tags):
             mentions[split_tag(s.tags[a])[1]].append(s.tokens[a:b])
@@ -42,8 +43,10 @@ def augment(
         toks, tags = list(s.tokens), list(s.tags)
         for m in methods:
             if m == "lwtr":
-                toks = [by_label[g][rng.integers(len(by_label[g]))] if rng.random() < rate else t
-                        for t, g in zip(toks, tags)]
+                toks = [
+                    by_label[g][rng.integers(len(by_label[g]))] if rng.random() < rate else t
+                    for t, g in zip(toks, tags, strict=True)
+                ]
             elif m == "mr":
                 new_t, new_g, i = [], [], 0
                 for a, b in mention_spans(tags) + [(len(tags), len(tags))]:

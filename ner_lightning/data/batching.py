@@ -1,11 +1,12 @@
 """How a split becomes batches: the training samplers (an epoch's order, or length-grouped
 batches, each reproducible from (seed, epoch)) and the evaluation batches (sorted by length and
 collated once per process)."""
+
 from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -84,8 +85,9 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         yield from batches
 
 
-def sorted_batches(items: list, batch_size: int, collate, length=lambda f: len(f.input_ids),
-                   max_tokens: int | None = None) -> list[dict]:
+def sorted_batches(
+    items: list, batch_size: int, collate, length=lambda f: len(f.input_ids), max_tokens: int | None = None
+) -> list[dict]:
     """Evaluation batches: ``items`` sorted by length, cut at ``batch_size`` items — or, with
     ``max_tokens``, where one more item would make rows x longest exceed ``max_tokens`` — and
     collated once (far less padding than file order; the same batches for a split every time)."""
@@ -108,8 +110,9 @@ def as_built(batch: dict) -> dict:
 _SORTED: OrderedDict[tuple, tuple[list, list[dict]]] = OrderedDict()  # see shared_sorted_batches
 
 
-def shared_sorted_batches(features: list[Feature], batch_size: int, pad_token_id: int,
-                          max_tokens: int | None = None) -> list[dict]:
+def shared_sorted_batches(
+    features: list[Feature], batch_size: int, pad_token_id: int, max_tokens: int | None = None
+) -> list[dict]:
     """:func:`sorted_batches` of an encoded split, made once per process for each features list
     (``SubwordAligner.encode`` shares the list of a split it has encoded before): every cell of a
     sweep that runs in one process evaluates the same dev and test batches without collating them
@@ -118,8 +121,9 @@ def shared_sorted_batches(features: list[Feature], batch_size: int, pad_token_id
     if key in _SORTED and _SORTED[key][0] is features:
         _SORTED.move_to_end(key)
         return _SORTED[key][1]
-    batches = sorted_batches(features, batch_size, functools.partial(collate_features, pad_token_id=pad_token_id),
-                             max_tokens=max_tokens)
+    batches = sorted_batches(
+        features, batch_size, functools.partial(collate_features, pad_token_id=pad_token_id), max_tokens=max_tokens
+    )
     _SORTED[key] = (features, batches)
     while len(_SORTED) > ENCODED_KEPT:
         _SORTED.popitem(last=False)

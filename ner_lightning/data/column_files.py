@@ -1,11 +1,12 @@
 """The column files corpora come in, at the level of lines: read as UTF-8 (a bad byte names its
 line), split into a checked number of columns, and written (one word per line, a blank line
 after each sentence). ``data/corpus.py`` reads sentences and tags from them."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 
 class CorpusFormatError(ValueError):
@@ -19,7 +20,7 @@ def write_conll(path: str | os.PathLike, tokens: Sequence[Sequence[str]], *colum
 
     lines = []
     for i, words in enumerate(tokens):
-        rows = zip(words, *(column[i] for column in columns))
+        rows = zip(words, *(column[i] for column in columns), strict=True)
         lines.append("".join("\t".join(row) + "\n" for row in rows) + "\n")
     return write_atomic(path, lambda fh: fh.write("".join(lines).encode()), fsync=False)
 

@@ -9,14 +9,14 @@ Three on-disk layouts are read by one reader (:func:`read_conll`):
 The token is always the first column and the tag the last; sentences are separated by blank
 lines. Tags are validated against the dataset's entity types and normalised to IOB2.
 """
+
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -55,10 +55,7 @@ class LabelSet:
 
     @property
     def labels(self) -> list[str]:
-        out = [OUTSIDE]
-        for t in self.entity_types:
-            out += [f"B-{t}", f"I-{t}"]
-        return out
+        return [OUTSIDE] + [f"{bio}-{t}" for t in self.entity_types for bio in ("B", "I")]
 
     @property
     def label2id(self) -> dict[str, int]:
@@ -77,15 +74,25 @@ class Corpus:
     dataclass, so Hydra passes it untouched — e.g. the auxiliary corpora of a multi-corpus data
     module — instead of turning every sentence into a config node.)"""
 
-    def __init__(self, name: str, train: list[Sentence], dev: list[Sentence], test: list[Sentence],
-                 label_set: LabelSet, notes: list[str] | None = None, queries: dict[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        train: list[Sentence],
+        dev: list[Sentence],
+        test: list[Sentence],
+        label_set: LabelSet,
+        notes: list[str] | None = None,
+        queries: dict[str, str] | None = None,
+    ):
         self.name, self.train, self.dev, self.test, self.label_set = name, train, dev, test, label_set
         self.notes = list(notes or [])
         self.queries = dict(queries or {})  # MRC query per entity type (dataset.queries)
 
     def __repr__(self) -> str:
-        return (f"Corpus({self.name!r}, train={len(self.train)}, dev={len(self.dev)}, test={len(self.test)}, "
-                f"types={list(self.label_set.entity_types)})")
+        return (
+            f"Corpus({self.name!r}, train={len(self.train)}, dev={len(self.dev)}, test={len(self.test)}, "
+            f"types={list(self.label_set.entity_types)})"
+        )
 
     def query(self, entity_type: str) -> str:
         """The natural-language question of ``loss=mrc`` for a type; the type name when the
@@ -137,7 +144,8 @@ def read_conll(
     ``delimiter`` is ``"\\t"`` or ``" "``; ``-DOCSTART-`` lines are skipped. Every token line
     must have the column count of the file's first token line. ``tag_scheme="iob1"``
     converts to IOB2; with ``"iob2"`` an ``I-T`` that does not continue a ``T`` entity (IOB1
-    input) is an error naming the line, never silently broken spans. Non-UTF-8 bytes name their line. With ``entity_types`` given, a tag of any other type is an error.
+    input) is an error naming the line, never silently broken spans. Non-UTF-8 bytes name their
+    line. With ``entity_types`` given, a tag of any other type is an error.
 
     A file is parsed once per process while it stays the same (path, size, modification time):
     the cells of a sweep that run in one process share its (immutable) sentences.
@@ -151,12 +159,22 @@ def read_conll(
         )
     stat = path.stat()
     types = tuple(entity_types) if entity_types is not None else None
-    return list(_parsed(path.resolve(), stat.st_size, stat.st_mtime_ns, delimiter, tag_scheme, types, split, tag_column))
+    return list(
+        _parsed(path.resolve(), stat.st_size, stat.st_mtime_ns, delimiter, tag_scheme, types, split, tag_column)
+    )
 
 
 @functools.lru_cache(maxsize=32)
-def _parsed(path: Path, size: int, mtime_ns: int, delimiter: str, tag_scheme: str, entity_types: tuple | None,
-            split: str, tag_column: int) -> tuple[Sentence, ...]:
+def _parsed(
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    delimiter: str,
+    tag_scheme: str,
+    entity_types: tuple | None,
+    split: str,
+    tag_column: int,
+) -> tuple[Sentence, ...]:
     """:func:`read_conll`'s parse of one state of a file (``size``, ``mtime_ns``: part of the key only)."""
     if tag_scheme not in ("iob1", "iob2"):
         raise ValueError(f"tag_scheme must be 'iob1' or 'iob2', got {tag_scheme!r}")
@@ -198,8 +216,7 @@ def _parsed(path: Path, size: int, mtime_ns: int, delimiter: str, tag_scheme: st
     return tuple(sentences)
 
 
-def _entity_type(tag: str, tag_scheme: str, prev_type: str | None, allowed: set[str] | None,
-                 where: str) -> str | None:
+def _entity_type(tag: str, tag_scheme: str, prev_type: str | None, allowed: set[str] | None, where: str) -> str | None:
     """The tag's entity type, checked: a valid tag, IOB2 continuity, a type the dataset lists."""
     try:
         _, etype = split_tag(tag)
@@ -207,8 +224,9 @@ def _entity_type(tag: str, tag_scheme: str, prev_type: str | None, allowed: set[
         raise CorpusFormatError(f"{where}: tag {tag!r} is not O, B-<type> or I-<type>") from None
     if tag_scheme == "iob2" and tag.startswith("I-") and etype != prev_type:
         raise CorpusFormatError(
-            f"{where}: {tag!r} " + (f"follows a {prev_type} token" if prev_type else "follows O or starts "
-                                    "a sentence") + ", which IOB2 never does: the file looks like IOB1. Set "
+            f"{where}: {tag!r} "
+            + (f"follows a {prev_type} token" if prev_type else "follows O or starts a sentence")
+            + ", which IOB2 never does: the file looks like IOB1. Set "
             "the dataset's `tag_scheme: iob1` (converted to IOB2 on reading), or fix the file"
         )
     if allowed is not None and etype is not None and etype not in allowed:
@@ -219,13 +237,9 @@ def _entity_type(tag: str, tag_scheme: str, prev_type: str | None, allowed: set[
     return etype
 
 
-def carve_dev(
-    train: list[Sentence], fraction: float, seed: int
-) -> tuple[list[Sentence], list[Sentence]]:
-    """Split ``fraction`` of ``train`` off as dev, deterministically from ``seed``.
-
-    Used for corpora without a dev split (AnEM). Sentence ids keep their ``train:`` origin.
-    """
+def carve_dev(train: list[Sentence], fraction: float, seed: int) -> tuple[list[Sentence], list[Sentence]]:
+    """Split ``fraction`` of ``train`` off as dev, deterministically from ``seed`` (corpora without
+    a dev split: AnEM); sentence ids keep their ``train:`` origin."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"dev fraction must be in (0, 1), got {fraction}")
     rng = np.random.default_rng(seed)
@@ -255,8 +269,10 @@ def load_corpus(
     """
     unknown = set(queries or {}) - set(entity_types) - {UNTYPED}
     if unknown:
-        raise ValueError(f"dataset {name!r}: queries for {sorted(unknown)}, which are not in entity_types "
-                         f"{list(entity_types)} (conf/dataset/{name}.yaml)")
+        raise ValueError(
+            f"dataset {name!r}: queries for {sorted(unknown)}, which are not in entity_types "
+            f"{list(entity_types)} (conf/dataset/{name}.yaml)"
+        )
     root = Path(dir)
     if not root.is_dir():
         raise FileNotFoundError(
@@ -279,8 +295,3 @@ def load_corpus(
     else:
         raise ValueError(f"dataset {name!r}: no `dev` file and no `dev_from_train` setting")
     return Corpus(name, train, dev, test, LabelSet(tuple(entity_types)), notes, dict(queries or {}))
-
-
-def digest(ids: Iterable[str]) -> str:
-    """SHA-256 over sentence ids (order-sensitive): two runs share a partition iff equal."""
-    return hashlib.sha256("\n".join(ids).encode()).hexdigest()

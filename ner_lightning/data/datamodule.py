@@ -1,4 +1,5 @@
 """``LowResourceDataModule``: a paired low-resource training partition, full dev and test."""
+
 from __future__ import annotations
 
 import functools
@@ -9,12 +10,7 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader
 
-from ner_lightning.data.alignment import (
-    SPAN_TAGS,
-    Feature,
-    aligner_for,
-    collate_features,
-)
+from ner_lightning.data.alignment import SPAN_TAGS, Feature, aligner_for, collate_features
 from ner_lightning.data.augmentation import augment
 from ner_lightning.data.batching import (
     EpochShuffleSampler,
@@ -23,7 +19,7 @@ from ner_lightning.data.batching import (
     shared_sorted_batches,
     sorted_batches,
 )
-from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
+from ner_lightning.data.corpus import Corpus, LabelSet, Sentence
 from ner_lightning.data.regimes import (
     UNTYPED,
     balanced_undersample,
@@ -33,7 +29,7 @@ from ner_lightning.data.regimes import (
     training_set_stats,
     untyped,
 )
-from ner_lightning.data.sampling import check_partition, partition_rng, sample_partition
+from ner_lightning.data.sampling import check_partition, digest, partition_rng, sample_partition
 
 MAIN = "main"  # the head / corpus key of the main corpus
 
@@ -43,9 +39,10 @@ class LowResourceDataModule(pl.LightningDataModule):
 
     Regimes, applied in this order to the training set only (``ner_lightning.data.regimes``):
     partition or imbalance sample (``imbalance.entity_share``) -> entity-type projection
-    (``entity_types``) and ``label_scheme=untyped`` (both also applied to dev and test) -> ``resample`` -> ``undersample`` ->
-    ``augment``. Dev can be subsampled to ``dev_size`` sentences (low-resource realism), test to
-    ``test_size`` (quick checks; reported results use the full test split);
+    (``entity_types``) and ``label_scheme=untyped`` (both also applied to dev and test) ->
+    ``resample`` -> ``undersample`` -> ``augment``. Dev can be subsampled to ``dev_size`` sentences
+    (low-resource realism), test to ``test_size`` (quick checks; reported results use the full test
+    split);
     ``train_on_dev`` adds the dev sentences to the training set (a final-model protocol).
     Evaluation batches are sorted by length (results unchanged, far less padding), cut by
     ``eval_batch_size`` sentences or ``eval_batch_tokens`` padded sub-words.
@@ -92,24 +89,18 @@ class LowResourceDataModule(pl.LightningDataModule):
         """Every argument is set in ``conf/data/default.yaml`` (no hidden defaults here)."""
         super().__init__()
         check_partition(partition)  # every regime, not only the partition sampler
-        self.corpus = corpus
-        self.tokenizer = tokenizer
+        self.corpus, self.tokenizer, self.shuffle_seed = corpus, tokenizer, shuffle_seed
         self.size, self.partition, self.seed = size, partition, seed
-        self.shuffle_seed = shuffle_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         if eval_batch_tokens is not None and eval_batch_tokens < 1:
-            raise ValueError(f"data.eval_batch_tokens={eval_batch_tokens}: give padded sub-word positions >= 1, or null")
+            raise ValueError(f"data.eval_batch_tokens={eval_batch_tokens}: give sub-word positions >= 1, or null")
         self.eval_batch_tokens = eval_batch_tokens
-        self.dev_size, self.test_size = dev_size, test_size
-        self.train_on_dev = train_on_dev
-        self.group_by_length, self.length_window = group_by_length, length_window
-        self.num_workers = num_workers
+        self.dev_size, self.test_size, self.train_on_dev = dev_size, test_size, train_on_dev
+        self.group_by_length, self.length_window, self.num_workers = group_by_length, length_window, num_workers
         self.imbalance = dict(imbalance)
         self.entity_types = list(entity_types) if entity_types else None
-        self.resample, self.resample_variant = resample, resample_variant
-        self.undersample = undersample
-        self.augment = dict(augment)
-        self.label_scheme = label_scheme
+        self.resample, self.resample_variant, self.undersample = resample, resample_variant, undersample
+        self.augment, self.label_scheme = dict(augment), label_scheme
         self.label_set = self._label_set()
         self.framing = framing
         queries = [corpus.query(t) for t in self.label_set.entity_types] if framing == "mrc" else []
@@ -124,15 +115,14 @@ class LowResourceDataModule(pl.LightningDataModule):
         corpus = self.corpus
         if self.label_scheme not in ("typed", "untyped"):
             raise ValueError(f"data.label_scheme must be typed or untyped, got {self.label_scheme!r}")
-        if self.label_scheme == "untyped":
-            label_set = LabelSet([UNTYPED])
-        else:
-            label_set = corpus.label_set
+        label_set = LabelSet([UNTYPED]) if self.label_scheme == "untyped" else corpus.label_set
         if self.entity_types:
             unknown = set(self.entity_types) - set(corpus.label_set.entity_types)
             if unknown:
-                raise ValueError(f"data.entity_types: {sorted(unknown)} not in {corpus.name}'s types "
-                                 f"{list(corpus.label_set.entity_types)}")
+                raise ValueError(
+                    f"data.entity_types: {sorted(unknown)} not in {corpus.name}'s types "
+                    f"{list(corpus.label_set.entity_types)}"
+                )
             if self.label_scheme == "typed":
                 label_set = LabelSet([t for t in corpus.label_set.entity_types if t in self.entity_types])
         return label_set
@@ -156,8 +146,9 @@ class LowResourceDataModule(pl.LightningDataModule):
         for split, sents in self.sentences.items():
             self.features[split] = self.aligner.encode(sents, labels)
         for split in ("dev", "test"):  # built here, before any evaluation: the test phase only runs the model
-            self._sorted[split] = shared_sorted_batches(self.features[split], self.eval_batch_size,
-                                                        self.tokenizer.pad_token_id, self.eval_batch_tokens)
+            self._sorted[split] = shared_sorted_batches(
+                self.features[split], self.eval_batch_size, self.tokenizer.pad_token_id, self.eval_batch_tokens
+            )
 
     def _select_partition(self) -> list[Sentence]:
         c = self.corpus
@@ -166,8 +157,9 @@ class LowResourceDataModule(pl.LightningDataModule):
             return sample_partition(c.train, self.size, self.partition, self.seed, c.name)
         if not isinstance(self.size, int):
             raise ValueError("data.imbalance.entity_share needs an integer size")
-        return imbalance_sample(c.train, self.size, float(share), float(self.imbalance["tolerance"]),
-                                self.partition, self.seed, c.name)
+        return imbalance_sample(
+            c.train, self.size, float(share), float(self.imbalance["tolerance"]), self.partition, self.seed, c.name
+        )
 
     def _transform(self, train: list[Sentence]) -> list[Sentence]:
         if self.resample != "none":
@@ -201,10 +193,16 @@ class LowResourceDataModule(pl.LightningDataModule):
             "sentence_ids": ids,
             "sha256": digest(ids),
             "training_set": {
-                "regime": {"imbalance": self.imbalance, "entity_types": self.entity_types,
-                           "label_scheme": self.label_scheme, "train_on_dev": self.train_on_dev,
-                           "resample": self.resample, "resample_variant": self.resample_variant,
-                           "undersample": self.undersample, "augment": self.augment},
+                "regime": {
+                    "imbalance": self.imbalance,
+                    "entity_types": self.entity_types,
+                    "label_scheme": self.label_scheme,
+                    "train_on_dev": self.train_on_dev,
+                    "resample": self.resample,
+                    "resample_variant": self.resample_variant,
+                    "undersample": self.undersample,
+                    "augment": self.augment,
+                },
                 "before": training_set_stats(self.partition_sentences),
                 "after": training_set_stats(self.sentences["train"]),
                 "sha256": digest(used),
@@ -251,13 +249,19 @@ class LowResourceDataModule(pl.LightningDataModule):
         feats = self.features["train"]
         pin = self._on_gpu()  # page-locked batches: their copy to the GPU does not wait
         if self.group_by_length:
-            sampler = LengthGroupedBatchSampler([len(f.input_ids) for f in feats], self.batch_size,
-                                                self.shuffle_seed, self.length_window)
-            return DataLoader(feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers,
-                              pin_memory=pin)
+            sampler = LengthGroupedBatchSampler(
+                [len(f.input_ids) for f in feats], self.batch_size, self.shuffle_seed, self.length_window
+            )
+            return DataLoader(
+                feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers, pin_memory=pin
+            )
         return DataLoader(
-            feats, batch_size=self.batch_size, sampler=EpochShuffleSampler(len(feats), self.shuffle_seed),
-            collate_fn=self._collate(), num_workers=self.num_workers, pin_memory=pin,
+            feats,
+            batch_size=self.batch_size,
+            sampler=EpochShuffleSampler(len(feats), self.shuffle_seed),
+            collate_fn=self._collate(),
+            num_workers=self.num_workers,
+            pin_memory=pin,
         )
 
     def sorted_batches(self, items: list, collate, length=lambda f: len(f.input_ids)) -> list[dict]:

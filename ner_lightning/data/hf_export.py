@@ -9,19 +9,26 @@ For online users without ``../shared/datasets``::
 Files are written with the names and delimiter that ``conf/dataset/<name>.yaml`` expects,
 two columns (token, tag) per line; the readers only use the first and last column.
 """
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from ner_lightning.config import compose_config
 
 HF_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
 
 
-def write_split(rows: Iterable[Mapping], label_names: Sequence[str], path: Path, delimiter: str,
-                tokens_key: str = "tokens", tags_key: str = "ner_tags") -> int:
+def write_split(
+    rows: Iterable[Mapping],
+    label_names: Sequence[str],
+    path: Path,
+    delimiter: str,
+    tokens_key: str = "tokens",
+    tags_key: str = "ner_tags",
+) -> int:
     """Write rows ``{tokens: [...], ner_tags: [int, ...]}`` as a column file; returns #sentences."""
     n = 0
     with path.open("w", encoding="utf-8") as fh:
@@ -29,7 +36,7 @@ def write_split(rows: Iterable[Mapping], label_names: Sequence[str], path: Path,
             tokens, tags = row[tokens_key], row[tags_key]
             if not tokens:
                 continue
-            for tok, tag in zip(tokens, tags):
+            for tok, tag in zip(tokens, tags, strict=True):
                 fh.write(f"{tok}{delimiter}{label_names[tag] if isinstance(tag, int) else tag}\n")
             fh.write("\n")
             n += 1

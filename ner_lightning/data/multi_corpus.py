@@ -12,22 +12,23 @@ of the same entity type consecutive, MUNCHABLES §4.1) or ``sorted`` (ascending 
 dev score read from ``aux_sort_from`` sweep folders, §5.1). The auxiliary corpora arrive
 instantiated from their composed ``conf/dataset`` nodes (``aux_datasets``, ner_lightning/config.py).
 """
+
 from __future__ import annotations
 
 import functools
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch.utils.data import DataLoader, Sampler
 
 from ner_lightning.data.alignment import collate_features
 from ner_lightning.data.batching import EpochForwarding, as_built
-from ner_lightning.data.corpus import Corpus, LabelSet, Sentence, digest
+from ner_lightning.data.corpus import Corpus, LabelSet, Sentence
 from ner_lightning.data.datamodule import MAIN, LowResourceDataModule
-from ner_lightning.data.sampling import sample_partition
+from ner_lightning.data.sampling import digest, sample_partition
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class ScheduleSampler(Sampler[list[int]]):
     """Batches of global example indices following ``epoch_schedule`` (set_epoch by Lightning;
     the phase read from the data module when an epoch starts)."""
 
-    def __init__(self, datamodule: "MultiCorpusDataModule"):
+    def __init__(self, datamodule: MultiCorpusDataModule):
         self.dm, self.epoch = datamodule, 0
         self.sampler = EpochForwarding(self)  # so Lightning's set_epoch reaches us
 
@@ -69,22 +70,36 @@ def collate_corpora(items: Sequence[tuple[int, object]], pad_token_id: int) -> d
 class MultiCorpusDataModule(LowResourceDataModule):
     """Main corpus (every ``LowResourceDataModule`` argument) + auxiliary corpora + a scheme."""
 
-    def __init__(self, auxiliaries: dict[str, Corpus], aux_size: int | None, aux_test_size: int | None, scheme: str,
-                 aux_order: str, aux_sort_from: list[str] | None, **main):
+    def __init__(
+        self,
+        auxiliaries: dict[str, Corpus],
+        aux_size: int | None,
+        aux_test_size: int | None,
+        scheme: str,
+        aux_order: str,
+        aux_sort_from: list[str] | None,
+        **main,
+    ):
         super().__init__(**main)
         names = list(auxiliaries)
         if self.framing != "tagging":
-            raise ValueError("multi-corpus schemes (multitask=...) need data.framing=tagging: one head per corpus "
-                             "over the shared word states (loss=ce, wce1, wce2, focal, dice, mom, crf, bilstm_crf)")
+            raise ValueError(
+                "multi-corpus schemes (multitask=...) need data.framing=tagging: one head per corpus "
+                "over the shared word states (loss=ce, wce1, wce2, focal, dice, mom, crf, bilstm_crf)"
+            )
         if self.group_by_length:
-            raise ValueError("data.group_by_length does not apply to multi-corpus schedules (multitask=...): the "
-                             "scheme decides each batch; set data.group_by_length=false")
+            raise ValueError(
+                "data.group_by_length does not apply to multi-corpus schedules (multitask=...): the "
+                "scheme decides each batch; set data.group_by_length=false"
+            )
         check_scheme(scheme, len(names))
         if aux_order not in ORDERS:
             raise ValueError(f"multitask.aux_order must be one of {ORDERS}, got {aux_order!r}")
         if aux_order == "sorted" and not aux_sort_from:
-            raise ValueError("multitask.aux_order=sorted needs aux_sort_from=[<SingleAux sweep folder>, ...]: the auxiliaries "
-                             "are sorted by their SingleAux main-dev score (run multitask=singleaux first)")
+            raise ValueError(
+                "multitask.aux_order=sorted needs aux_sort_from=[<SingleAux sweep folder>, ...]: the auxiliaries "
+                "are sorted by their SingleAux main-dev score (run multitask=singleaux first)"
+            )
         self.auxiliaries = dict(auxiliaries)
         self.aux_size, self.aux_test_size = aux_size, aux_test_size
         self.scheme, self.aux_order, self.aux_sort_from = scheme, aux_order, list(aux_sort_from or [])
@@ -104,7 +119,9 @@ class MultiCorpusDataModule(LowResourceDataModule):
         if not self.has_phases:
             raise ValueError(f"phase {phase}: multitask={self.scheme} has no phases (multitask=munch_stack has)")
         if not 0 <= phase < len(self.aux_names):
-            raise ValueError(f"phase {phase}: MUNCH-Stack here has phases 0..{len(self.aux_names) - 1}, one per auxiliary")
+            raise ValueError(
+                f"phase {phase}: MUNCH-Stack here has phases 0..{len(self.aux_names) - 1}, one per auxiliary"
+            )
         self.phase = phase
 
     @property
@@ -126,30 +143,38 @@ class MultiCorpusDataModule(LowResourceDataModule):
         for name in self.aux_names:
             c = self.auxiliaries[name]
             train = sample_partition(c.train, self.aux_size, self.partition, self.seed, c.name, key="aux_size")
-            test = sample_partition(c.test, self.aux_test_size, 0, self.seed, c.name, split="test",
-                                    key="aux_test_size")
+            test = sample_partition(c.test, self.aux_test_size, 0, self.seed, c.name, split="test", key="aux_test_size")
             self.aux_sentences[name] = {"train": train, "test": test}
-            self.aux_features[name] = {s: self.aligner.encode(x, c.label_set.label2id) for s, x in
-                                       self.aux_sentences[name].items()}
-        log.info("%s: main %s (%d training inputs) + auxiliaries %s", self.scheme, self.corpus.name,
-                 len(self.features["train"]), ", ".join(f"{n} ({len(self.aux_features[n]['train'])})"
-                                                         for n in self.aux_names))
+            self.aux_features[name] = {
+                s: self.aligner.encode(x, c.label_set.label2id) for s, x in self.aux_sentences[name].items()
+            }
+        log.info(
+            "%s: main %s (%d training inputs) + auxiliaries %s",
+            self.scheme,
+            self.corpus.name,
+            len(self.features["train"]),
+            ", ".join(f"{n} ({len(self.aux_features[n]['train'])})" for n in self.aux_names),
+        )
 
     def _order(self, names: list[str]) -> list[str]:
         if self.aux_order == "listed" or len(names) < 2:
             return names
         if self.aux_order == "random":
             return alternate_types(names, {n: set(self.aux_label_sets[n].entity_types) for n in names}, self.seed)
-        scores = singleaux_dev_scores([Path(d) for d in self.aux_sort_from], self.corpus.name, self.size,
-                                      self.partition, self.seed)
+        scores = singleaux_dev_scores(
+            [Path(d) for d in self.aux_sort_from], self.corpus.name, self.size, self.partition, self.seed
+        )
         missing = [n for n in names if n not in scores]
         if missing:
-            raise ValueError(f"multitask.aux_order=sorted: no SingleAux result for auxiliaries {missing} (main "
-                             f"{self.corpus.name}, size {self.size}, partition {self.partition}, seed {self.seed}) "
-                             f"under {self.aux_sort_from}; run multitask=singleaux with aux=[{missing[0]}] there first")
+            raise ValueError(
+                f"multitask.aux_order=sorted: no SingleAux result for auxiliaries {missing} (main "
+                f"{self.corpus.name}, size {self.size}, partition {self.partition}, seed {self.seed}) "
+                f"under {self.aux_sort_from}; run multitask=singleaux with aux=[{missing[0]}] there first"
+            )
         order = sorted(names, key=lambda n: (scores[n], n))  # ascending: the most helpful auxiliary last
-        log.info("auxiliaries sorted by SingleAux main dev score: %s",
-                 " -> ".join(f"{n} ({scores[n]:.4f})" for n in order))
+        log.info(
+            "auxiliaries sorted by SingleAux main dev score: %s", " -> ".join(f"{n} ({scores[n]:.4f})" for n in order)
+        )
         return order
 
     def train_sizes(self) -> list[int]:
@@ -162,10 +187,18 @@ class MultiCorpusDataModule(LowResourceDataModule):
     def partition_record(self) -> dict:
         record = super().partition_record()
         record["multi_corpus"] = {
-            "scheme": self.scheme, "aux_order": self.aux_order, "order": self.aux_names,
-            "auxiliaries": {n: {"train_sentences": len(s["train"]), "train_sha256": digest(x.id for x in s["train"]),
-                                "test_sentences": len(s["test"]), "entity_types": list(self.aux_label_sets[n].entity_types)}
-                            for n, s in self.aux_sentences.items()},
+            "scheme": self.scheme,
+            "aux_order": self.aux_order,
+            "order": self.aux_names,
+            "auxiliaries": {
+                n: {
+                    "train_sentences": len(s["train"]),
+                    "train_sha256": digest(x.id for x in s["train"]),
+                    "test_sentences": len(s["test"]),
+                    "entity_types": list(self.aux_label_sets[n].entity_types),
+                }
+                for n, s in self.aux_sentences.items()
+            },
         }
         return record
 
@@ -183,8 +216,12 @@ class MultiCorpusDataModule(LowResourceDataModule):
         items = [(0, f) for f in self.features["train"]]
         for c, name in enumerate(self.aux_names, start=1):
             items += [(c, f) for f in self.aux_features[name]["train"]]
-        return DataLoader(items, batch_sampler=ScheduleSampler(self), num_workers=self.num_workers,
-                          collate_fn=functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id))
+        return DataLoader(
+            items,
+            batch_sampler=ScheduleSampler(self),
+            num_workers=self.num_workers,
+            collate_fn=functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id),
+        )
 
     def test_dataloader(self) -> DataLoader:
         """Main test batches, then each auxiliary's (``corpus`` marks the head that decodes them)."""
@@ -192,8 +229,13 @@ class MultiCorpusDataModule(LowResourceDataModule):
             batches = list(self._eval_loader("test"))
             collate = functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id)
             for c, name in enumerate(self.aux_names, start=1):
-                batches += self._pinned(self.sorted_batches([(c, f) for f in self.aux_features[name]["test"]],
-                                                            collate, length=lambda item: len(item[1].input_ids)))
+                batches += self._pinned(
+                    self.sorted_batches(
+                        [(c, f) for f in self.aux_features[name]["test"]],
+                        collate,
+                        length=lambda item: len(item[1].input_ids),
+                    )
+                )
             self._eval_batches["test+aux"] = batches
         return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False, collate_fn=as_built)
 
@@ -210,8 +252,14 @@ def singleaux_dev_scores(dirs: list[Path], dataset: str, size, partition: int, s
             run = json.loads(path.read_text())
             cfg = run.get("config", {})
             scheme, auxiliaries = _scheme_and_auxiliaries(cfg)
-            if (scheme != "singleaux" or len(auxiliaries) != 1 or cfg.get("dataset", {}).get("name") != dataset
-                    or str(cfg.get("size")) != str(size) or cfg.get("partition") != partition or cfg.get("seed") != seed):
+            if (
+                scheme != "singleaux"
+                or len(auxiliaries) != 1
+                or cfg.get("dataset", {}).get("name") != dataset
+                or str(cfg.get("size")) != str(size)
+                or cfg.get("partition") != partition
+                or cfg.get("seed") != seed
+            ):
                 continue
             scores[auxiliaries[0]] = run["dev_monitor"]
     return scores

@@ -6,13 +6,16 @@ lengths the collator already knows, and travels with the batch as index tensors:
 (``models.encoder.pack_batch``) then packs and unpacks with gathers and scatters only, and never
 asks the device for the lengths (on a GPU such a question waits for all queued work).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
 
-WORTH_PACKING = 0.8  # pack an evaluation batch only when its packed rows compute at most this share of its padded positions
+WORTH_PACKING = (
+    0.8  # pack an evaluation batch only when its packed rows compute at most this share of its padded positions
+)
 
 
 def worth_packing(padded_positions: int, packed_positions: int) -> bool:
@@ -51,7 +54,7 @@ def first_fit_rows(lengths: list[int]) -> tuple[list[int], list[int], int]:
 def pack_plan(lengths: list[int], padded_width: int) -> PackPlan:
     """The plan for a right-padded batch whose row ``i`` holds ``lengths[i]`` real sub-words."""
     row_of, start_of, n_rows = first_fit_rows(lengths)
-    width = max(start + n for start, n in zip(start_of, lengths))
+    width = max(start + n for start, n in zip(start_of, lengths, strict=True))
     source, target, positions, sentence = [], [], [], []
     for i, n in enumerate(lengths):
         source += range(i * padded_width, i * padded_width + n)
@@ -62,5 +65,9 @@ def pack_plan(lengths: list[int], padded_width: int) -> PackPlan:
     target_t = torch.tensor(target, dtype=torch.long)
     block = torch.arange(n_rows * width).neg() - 1
     block[target_t] = torch.tensor(sentence, dtype=torch.long)
-    return PackPlan(torch.tensor(source, dtype=torch.long), target_t, torch.tensor(positions, dtype=torch.long),
-                    block.view(n_rows, width))
+    return PackPlan(
+        torch.tensor(source, dtype=torch.long),
+        target_t,
+        torch.tensor(positions, dtype=torch.long),
+        block.view(n_rows, width),
+    )

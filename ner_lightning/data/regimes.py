@@ -5,12 +5,13 @@ imbalance sample) -> project labels (train, dev and test) -> resample -> undersa
 augment (``data/augmentation.py``). Nothing here touches dev or test except the label projection. Every random choice
 comes from a generator keyed by (dataset, size, partition, seed, ...) — never by loss or model.
 """
+
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import numpy as np
 
@@ -131,7 +132,7 @@ def imbalance_sample(
             f"size={size} sentences of {dataset}/train: reachable shares are {lo:.2%} to {hi:.2%}"
             + ("" if lo - tol <= entity_share <= hi + tol else "; choose a share in that range or another size")
         )
-    return [s for s, keep in zip(sentences, selected) if keep]
+    return [s for s, keep in zip(sentences, selected, strict=True) if keep]
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,7 +227,7 @@ def resampling_counts(sentences: Sequence[Sentence], method: str, variant: str =
 def resample(sentences: Sequence[Sentence], method: str, variant: str = "paper") -> list[Sentence]:
     """Each sentence repeated f(s) times (copies adjacent; the loader shuffles)."""
     counts = resampling_counts(sentences, method, variant)
-    return [s for s, k in zip(sentences, counts) for _ in range(k)]
+    return [s for s, k in zip(sentences, counts, strict=True) for _ in range(k)]
 
 
 # --------------------------------------------------------------------------------------------

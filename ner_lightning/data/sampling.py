@@ -4,9 +4,11 @@ A partition depends only on (dataset, split, size, partition index, seed) — ne
 loss, the encoder or the batch order — so every method of a grid is trained on the same
 sentences.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -54,3 +56,8 @@ def sample_partition(
     rng = partition_rng(dataset, split, size, partition, seed)
     chosen = np.sort(rng.choice(len(sentences), size=size, replace=False))
     return [sentences[i] for i in chosen]
+
+
+def digest(ids: Iterable[str]) -> str:
+    """SHA-256 over sentence ids (order-sensitive): two runs share a partition iff equal."""
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()

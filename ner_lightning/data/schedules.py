@@ -19,7 +19,10 @@ batches, each preceded by one auxiliary batch (``train(Model, Batch_aux)`` then
 when an epoch needs more than |D| examples), so a schedule depends only on (sizes, batch size,
 seed, epoch, phase): a resumed run sees the batches an uninterrupted run sees.
 """
+
 from __future__ import annotations
+
+from itertools import pairwise
 
 import numpy as np
 
@@ -33,8 +36,10 @@ def check_scheme(scheme: str, n_aux: int) -> None:
     if scheme not in SCHEMES:
         raise ValueError(f"multitask scheme must be one of {SCHEMES}, got {scheme!r}")
     if scheme == "singleaux" and n_aux != 1:
-        raise ValueError(f"SingleAux trains with exactly one auxiliary corpus, got {n_aux} (a multitask=singleaux "
-                         "cell with several in aux trains one run per auxiliary and keeps the best on main dev)")
+        raise ValueError(
+            f"SingleAux trains with exactly one auxiliary corpus, got {n_aux} (a multitask=singleaux "
+            "cell with several in aux trains one run per auxiliary and keeps the best on main dev)"
+        )
     if scheme not in ("singletask", "singleaux") and n_aux < 1:
         raise ValueError(f"multitask={scheme} needs auxiliary corpora: aux=[name,...] (conf/dataset names)")
 
@@ -51,12 +56,17 @@ def _cut(items: list, batch_size: int) -> list[list]:
     return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
 
 
-def epoch_schedule(scheme: str, sizes: list[int], batch_size: int, seed: int, epoch: int, phase: int = 0) -> list[Batch]:
+def epoch_schedule(
+    scheme: str, sizes: list[int], batch_size: int, seed: int, epoch: int, phase: int = 0
+) -> list[Batch]:
     """The batches of one epoch, in order. ``sizes``: training examples of the main corpus, then
     of each auxiliary in its order; ``phase``: MUNCH-Stack's current auxiliary (0-based)."""
     check_scheme(scheme, len(sizes) - 1)
     n_main, aux = sizes[0], sizes[1:]
-    main = [[(0, i) for i in b] for b in _cut(partition_rng("schedule", "main", seed, epoch).permutation(n_main).tolist(), batch_size)]
+    main = [
+        [(0, i) for i in b]
+        for b in _cut(partition_rng("schedule", "main", seed, epoch).permutation(n_main).tolist(), batch_size)
+    ]
     if scheme == "singletask":
         return main
     if scheme == "multitask":
@@ -77,7 +87,7 @@ def epoch_schedule(scheme: str, sizes: list[int], batch_size: int, seed: int, ep
             raise ValueError(f"munch_stack phase {phase} but only {len(aux)} auxiliary corpora")
         drawn = [(c, i) for i in extract(aux[c - 1], need, rng)]
     out: list[Batch] = []
-    for aux_batch, main_batch in zip(_cut(drawn, batch_size), main):
+    for aux_batch, main_batch in zip(_cut(drawn, batch_size), main, strict=True):
         out += [aux_batch, main_batch]
     return out
 
@@ -89,7 +99,9 @@ def alternate_types(names: list[str], types: dict[str, set[str]], seed: int, tri
     rng = partition_rng("aux-order", seed, *names)
     for _ in range(tries):
         order = [names[k] for k in rng.permutation(len(names))]
-        if all(not (types[a] & types[b]) for a, b in zip(order, order[1:])):
+        if all(not (types[a] & types[b]) for a, b in pairwise(order)):
             return order
-    raise ValueError(f"no order of {names} keeps corpora of the same entity type apart "
-                     f"({ {n: sorted(types[n]) for n in names} }); use multitask.aux_order=listed")
+    raise ValueError(
+        f"no order of {names} keeps corpora of the same entity type apart "
+        f"({ {n: sorted(types[n]) for n in names} }); use multitask.aux_order=listed"
+    )

@@ -10,6 +10,7 @@ moved after every step by libauc PESG's projected ascent,
 α <- clamp(α + lr_alpha · (2(m + b − a) − 2α), 0, 999), which, unlike ∂L/∂α, is not scaled by
 p(1 − p) or by a task weight such as λ = 100 (with that scaling the ascent overshoots).
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,9 +32,12 @@ def aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor) -> torch.
     y_pred, y_true = scores.reshape(-1, 1), targets.reshape(-1, 1)
     pos, neg = (1 == y_true).float(), (0 == y_true).float()
     p = pos.sum() / y_true.shape[0]
-    return ((1 - p) * torch.mean((y_pred - loss.a) ** 2 * pos) + p * torch.mean((y_pred - loss.b) ** 2 * neg)
-            + 2 * loss.alpha * (p * (1 - p) * loss.margin + torch.mean(p * y_pred * neg - (1 - p) * y_pred * pos))
-            - p * (1 - p) * loss.alpha ** 2)
+    return (
+        (1 - p) * torch.mean((y_pred - loss.a) ** 2 * pos)
+        + p * torch.mean((y_pred - loss.b) ** 2 * neg)
+        + 2 * loss.alpha * (p * (1 - p) * loss.margin + torch.mean(p * y_pred * neg - (1 - p) * y_pred * pos))
+        - p * (1 - p) * loss.alpha**2
+    )
 
 
 def masked_aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -49,9 +53,12 @@ def masked_aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor, ke
     def mean(x: torch.Tensor) -> torch.Tensor:
         return x.sum() / n
 
-    return ((1 - p) * mean((y_pred - loss.a) ** 2 * pos) + p * mean((y_pred - loss.b) ** 2 * neg)
-            + 2 * loss.alpha * (p * (1 - p) * loss.margin + mean(p * y_pred * neg - (1 - p) * y_pred * pos))
-            - p * (1 - p) * loss.alpha ** 2).reshape(())
+    return (
+        (1 - p) * mean((y_pred - loss.a) ** 2 * pos)
+        + p * mean((y_pred - loss.b) ** 2 * neg)
+        + 2 * loss.alpha * (p * (1 - p) * loss.margin + mean(p * y_pred * neg - (1 - p) * y_pred * pos))
+        - p * (1 - p) * loss.alpha**2
+    ).reshape(())
 
 
 class AUCMinMax:
@@ -95,12 +102,16 @@ class AUCMinMax:
 
     def extra_state(self) -> dict:
         """libauc keeps a, b, α as plain tensors, outside ``state_dict``: saved for resume."""
-        return {"auc": [{"a": loss.a.detach().clone(), "b": loss.b.detach().clone(), "alpha": loss.alpha.detach().clone()}
-                        for loss in self.auc or []]}
+        return {
+            "auc": [
+                {"a": loss.a.detach().clone(), "b": loss.b.detach().clone(), "alpha": loss.alpha.detach().clone()}
+                for loss in self.auc or []
+            ]
+        }
 
     def load_extra_state(self, state: dict) -> None:
         with torch.no_grad():
-            for loss, saved in zip(self.auc or [], state["auc"]):
+            for loss, saved in zip(self.auc or [], state["auc"], strict=True):
                 loss.a.copy_(saved["a"])
                 loss.b.copy_(saved["b"])
                 loss.alpha.copy_(saved["alpha"])

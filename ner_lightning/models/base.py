@@ -11,6 +11,7 @@ learning rate and everything trained from scratch (heads, CRF transitions, BiLST
 ``head_lr``, so no family gets a head learning rate another does not. Span evaluation:
 ``models/evaluation.py``; what a checkpoint carries beyond the weights: ``models/resume_state.py``.
 """
+
 from __future__ import annotations
 
 from typing import ClassVar, Unpack
@@ -72,15 +73,19 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
     def use_schedule(self, owner: ScheduleOwner) -> None:
         """``owner`` sets the length of the learning-rate schedule (one per run)."""
         if self.schedule_owner is not None and self.schedule_owner is not owner:
-            raise ValueError("two callbacks set the learning-rate schedule's length: "
-                             f"{type(self.schedule_owner).__name__}, {type(owner).__name__}; keep one of them")
+            raise ValueError(
+                "two callbacks set the learning-rate schedule's length: "
+                f"{type(self.schedule_owner).__name__}, {type(owner).__name__}; keep one of them"
+            )
         self.schedule_owner = owner
 
     def use_rate_policy(self, policy: RatePolicy) -> None:
         """``policy`` sets the learning rate from the training loss (one per run)."""
         if self.rate_policy is not None and self.rate_policy is not policy:
-            raise ValueError("two callbacks set the learning rate from the loss: "
-                             f"{type(self.rate_policy).__name__}, {type(policy).__name__}; keep one of them")
+            raise ValueError(
+                "two callbacks set the learning rate from the loss: "
+                f"{type(self.rate_policy).__name__}, {type(policy).__name__}; keep one of them"
+            )
         self.rate_policy = policy
 
     # --- to implement per family ---------------------------------------------------------------
@@ -106,8 +111,14 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         """Called after every optimiser step (the AUC families ascend α here)."""
 
     def record(self) -> TrainingRecord:
-        return TrainingRecord(list(self.history), self.scores.get("test"), dict(self.aux_scores), self.train_batches,
-                              self.forward_passes, self.eval_precision)
+        return TrainingRecord(
+            list(self.history),
+            self.scores.get("test"),
+            dict(self.aux_scores),
+            self.train_batches,
+            self.forward_passes,
+            self.eval_precision,
+        )
 
     # --- shared helpers --------------------------------------------------------------------------
     def word_states(self, batch: dict) -> torch.Tensor:
@@ -178,8 +189,9 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
     def _keep_loss(self, loss: torch.Tensor, batch: dict) -> torch.Tensor:
         """Keep an optimiser step's loss on the device (:class:`StepLosses`), for the finite check,
         the epoch's mean and the loggers."""
-        self.step_losses.add(loss, self.train_batches - 1, self.global_step, self.current_epoch,
-                             batch["input_ids"].size(0))
+        self.step_losses.add(
+            loss, self.train_batches - 1, self.global_step, self.current_epoch, batch["input_ids"].size(0)
+        )
         return loss
 
     def check_finite(self) -> None:
@@ -189,7 +201,8 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         if first is not None:
             raise FloatingPointError(
                 f"training loss is {first.loss.item()} at epoch {first.epoch}, step {first.global_step}: the run "
-                "diverged; try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)")
+                "diverged; try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)"
+            )
 
     def epoch_loss(self) -> float | None:
         """Mean main-corpus training loss of the current (or just finished) epoch, read by the
@@ -243,8 +256,10 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
     def _check_framing(self) -> None:
         framing = self.trainer.datamodule.framing
         if framing != self.framing:
-            raise ValueError(f"{type(self).__name__} reads data.framing={self.framing} inputs but the data module "
-                             f"builds data.framing={framing}: leave data.framing null (the objective's)")
+            raise ValueError(
+                f"{type(self).__name__} reads data.framing={self.framing} inputs but the data module "
+                f"builds data.framing={framing}: leave data.framing null (the objective's)"
+            )
 
     def per_word_classifier(self) -> torch.nn.Linear | None:
         """The linear layer over the encoder's first-sub-word states whose argmax is this family's
@@ -265,7 +280,9 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         pretrained = [p for p in self.encoder.parameters() if p.requires_grad]
         heads = [p for p in self.parameters() if p.requires_grad and id(p) not in encoder and not self._own(p)]
         head_group = {"params": heads} if self.head_lr is None else {"params": heads, "lr": self.head_lr}
-        return [group for group in ({"params": pretrained}, head_group) if group["params"]]  # frozen encoder: heads only
+        return [
+            group for group in ({"params": pretrained}, head_group) if group["params"]
+        ]  # frozen encoder: heads only
 
     def _own(self, p: torch.nn.Parameter) -> bool:
         """Parameters a family optimises itself (AUC losses' a, b, α)."""

@@ -2,10 +2,12 @@
 it (:class:`FamilySettings`), the optimiser steps of a multi-step batch (:class:`Step`), the
 record a fitted family reports (:class:`TrainingRecord`), and what may own the length of its
 learning-rate schedule (:class:`ScheduleOwner`)."""
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple, Protocol, TypedDict
+from collections.abc import Callable
+from typing import NamedTuple, Protocol, TypedDict
 
 import pytorch_lightning as pl
 import torch

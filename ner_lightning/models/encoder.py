@@ -8,6 +8,7 @@
 * a randomly initialised BERT built from ``random_init`` (``model=tiny``, for tests), which
   reuses the tokenizer of ``tokenizer``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -79,8 +80,13 @@ def plan_from_mask(attention_mask: torch.Tensor) -> PackPlan:
     return PackPlan(*(t.to(attention_mask.device) for t in plan))
 
 
-def pack_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
-               position_offset: int = 0, plan: PackPlan | None = None) -> PackedBatch:
+def pack_batch(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    token_type_ids: torch.Tensor | None,
+    position_offset: int = 0,
+    plan: PackPlan | None = None,
+) -> PackedBatch:
     """Pack the sentences of a right-padded batch into rows as wide as its longest sentence
     (first fit, longest first; ``data/packing.py``): each keeps its own position ids and attends
     only to itself (a block-diagonal mask per row). A transformer computes the same states as on
@@ -125,7 +131,8 @@ class TransformerEncoder(nn.Module):
             raise ValueError(
                 f"model.name_or_path={name_or_path!r} would be ignored: model.random_init is set (model=tiny, "
                 f"debug=tiny), which builds a random BERT. Drop debug=tiny to load {name_or_path!r}, or leave "
-                f"model.name_or_path at {RANDOM_INIT_NAME!r}")
+                f"model.name_or_path at {RANDOM_INIT_NAME!r}"
+            )
         tok_name = tokenizer or name_or_path
         tok_kw = {"add_prefix_space": True} if add_prefix_space else {}
         self.tokenizer = _load("tokenizer", AutoTokenizer.from_pretrained, tok_name, use_fast=True, **tok_kw)
@@ -142,13 +149,20 @@ class TransformerEncoder(nn.Module):
         self.model.requires_grad_(not freeze)
         model_type = self.model.config.model_type
         if pack and model_type not in POSITION_OFFSET:
-            raise ValueError(f"model.pack=true: packing is implemented for {sorted(POSITION_OFFSET)} encoders, "
-                             f"not {model_type!r} ({name_or_path}); set model.pack=false")
+            raise ValueError(
+                f"model.pack=true: packing is implemented for {sorted(POSITION_OFFSET)} encoders, "
+                f"not {model_type!r} ({name_or_path}); set model.pack=false"
+            )
         self.pack = pack
         self.position_offset = POSITION_OFFSET.get(model_type, lambda config: 0)(self.model.config)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None, pack: PackPlan | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        pack: PackPlan | None = None,
+    ) -> torch.Tensor:
         """``token_type_ids``: segment ids of a (query, sentence) pair (MRC); dropped for encoders
         without segment embeddings (RoBERTa's type_vocab_size is 1). ``pack``: the batch's packing
         plan (used under ``model.pack``)."""
@@ -167,8 +181,7 @@ class TransformerEncoder(nn.Module):
     def runs_packed(self, plan: PackPlan | None, padded_positions: int) -> bool:
         """Whether a batch runs packed: under ``model.pack`` a training batch always, an evaluation
         batch where packing saves enough (``data.packing.worth_packing``)."""
-        return self.pack and plan is not None and (self.training or worth_packing(padded_positions,
-                                                                                  plan.block.numel()))
+        return self.pack and plan is not None and (self.training or worth_packing(padded_positions, plan.block.numel()))
 
     def _padding_mask(self, attention_mask: torch.Tensor, plan: PackPlan | None) -> torch.Tensor | None:
         """The attention mask of a padded batch in the form the encoder uses as it is: None when

@@ -5,9 +5,10 @@ full gold word sequences of the split — in a multi-corpus run (``models/heads.
 auxiliary corpus's test set with its own head too. The module provides ``decode(batch)``,
 ``_full_precision()``, ``id2label`` and the stores ``_predictions``, ``predictions``,
 ``scores``, ``aux_scores`` and ``history``."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from lightning_fabric.utilities.apply_func import move_data_to_device
@@ -73,8 +74,11 @@ class SpanEvaluation:
             if self._batches_limited(stage):  # debug=fast, limit_val_batches: score the sentences evaluated
                 gold, chunks = sentences_seen(gold, chunks)
             lengths = [len(g) for g in gold]
-            pred = (self.predicted_tags(chunks, lengths, stage) if c == 0 else
-                    self.predicted_tags(chunks, lengths, f"{stage} {name}", self.id2label_of(name)))
+            pred = (
+                self.predicted_tags(chunks, lengths, stage)
+                if c == 0
+                else self.predicted_tags(chunks, lengths, f"{stage} {name}", self.id2label_of(name))
+            )
             self.predictions[stage][name] = pred
             scores = span_scores(gold, pred)
             if c:
@@ -84,8 +88,14 @@ class SpanEvaluation:
             self.scores[stage] = scores
             flat = flat_scores(scores, stage)
             if stage == "val":
-                self.history.append({"epoch": self.current_epoch, "batches": self.train_batches,
-                                     "metrics": dict(flat), "scores": scores})
+                self.history.append(
+                    {
+                        "epoch": self.current_epoch,
+                        "batches": self.train_batches,
+                        "metrics": dict(flat),
+                        "scores": scores,
+                    }
+                )
             self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
             self.log_dict(flat)
 
@@ -99,8 +109,9 @@ class SpanEvaluation:
         """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""
         return self.id2label
 
-    def predicted_tags(self, collected: list, lengths: list[int], stage: str,
-                       id2label: dict[int, str] | None = None) -> list[list[str]]:
+    def predicted_tags(
+        self, collected: list, lengths: list[int], stage: str, id2label: dict[int, str] | None = None
+    ) -> list[list[str]]:
         """Whole-sentence IOB2 predictions from the ``(sentence, word offset, label ids)`` of every
         chunk (:meth:`entry`); ``lengths``: words per sentence, each predicted exactly
         once. ``id2label``: an auxiliary corpus's labels (default: the main corpus's)."""

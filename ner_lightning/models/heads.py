@@ -6,21 +6,20 @@ head per corpus — the main corpus's and, in a multi-corpus scheme (``multitask
 auxiliary corpus with that corpus's own labels — and route each batch row to its corpus's head.
 
 * :class:`SoftmaxHead` — linear scores, any ``ner_lightning.losses`` token loss, per-word argmax.
-* :class:`CRFHead` — optional BiLSTM, linear emissions, linear-chain CRF (MUNCHABLES eqs. 5-8:
-  negative log-likelihood, mean over sentences), Viterbi decoding (eq. 6).
+* ``models.crf.CRFHead`` — optional BiLSTM, linear emissions, linear-chain CRF (MUNCHABLES
+  eqs. 5-8: negative log-likelihood, mean over sentences), Viterbi decoding (eq. 6).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Protocol, Unpack
+from collections.abc import Callable
+from typing import Protocol, Unpack
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from torchcrf import CRF
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
-from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.losses import TokenLoss
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import FamilySettings
@@ -35,8 +34,13 @@ class Head(Protocol):
     def fit_counts(self, counts: torch.Tensor) -> None:
         """Training label counts (class weights; a no-op for most heads)."""
 
-    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor,
-             word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
+    def loss(
+        self,
+        states: torch.Tensor,
+        labels: torch.Tensor,
+        word_mask: torch.Tensor,
+        word_counts: tuple[int, ...] | None = None,
+    ) -> torch.Tensor:
         """The training loss of rows ``states (B, W, H)`` with ``labels (B, W)``."""
 
     def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
@@ -63,8 +67,13 @@ class SoftmaxHead(nn.Module):
         """Class weights from training label counts (the weighted losses; no-op for others)."""
         self.token_loss.fit_counts(counts)
 
-    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor,
-             word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
+    def loss(
+        self,
+        states: torch.Tensor,
+        labels: torch.Tensor,
+        word_mask: torch.Tensor,
+        word_counts: tuple[int, ...] | None = None,
+    ) -> torch.Tensor:
         logits = self.scores(states, word_mask)
         counts = word_counts if word_counts is not None else tuple(word_mask.sum(1).tolist())
         words = RealWords.of(counts, word_mask.size(1), word_mask.device)
@@ -75,86 +84,6 @@ class SoftmaxHead(nn.Module):
 
     def per_word_classifier(self) -> nn.Linear:
         return self.classifier
-
-
-class CRFHead(nn.Module):
-    """Dropout -> (optional BiLSTM) -> linear emissions -> CRF (``torchcrf``); Viterbi decoding,
-    optionally restricted to valid IOB2 transitions."""
-
-    def __init__(self, hidden_size: int, label_set: LabelSet, dropout: float, lstm_hidden: int | None,
-                 constrain_transitions: bool):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        width = hidden_size
-        self.lstm = None
-        if lstm_hidden:
-            self.lstm = nn.LSTM(width, lstm_hidden, batch_first=True, bidirectional=True)
-            width = 2 * lstm_hidden
-        self.emit = nn.Linear(width, len(label_set))
-        self.crf = CRF(len(label_set), batch_first=True)
-        self.constrain_transitions = constrain_transitions
-        start_ok, trans_ok = bio_transition_mask(label_set.labels)
-        self.register_buffer("start_ok", start_ok, persistent=False)
-        self.register_buffer("trans_ok", trans_ok, persistent=False)
-
-    def scores(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...] | None = None
-               ) -> torch.Tensor:
-        """Emissions; ``word_counts`` (words per row, known on the host) spares the BiLSTM asking
-        the device for the lengths."""
-        states = self.dropout(states)
-        if self.lstm is not None:
-            counts = word_counts if word_counts is not None else tuple(word_mask.sum(1).tolist())
-            order = sorted(range(len(counts)), key=lambda i: -counts[i])  # longest first, sorted on the host
-            back = sorted(range(len(order)), key=order.__getitem__)
-            to_order, to_back = (host_index(x, states.device) for x in (order, back))
-            packed = pack_padded_sequence(states.index_select(0, to_order), torch.tensor([counts[i] for i in order]),
-                                          batch_first=True, enforce_sorted=True)
-            states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=states.size(1))
-            states = states.index_select(0, to_back)
-        return self.emit(states)
-
-    def fit_counts(self, counts: torch.Tensor) -> None:
-        """The CRF's likelihood has no class weights."""
-
-    def loss(self, states: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor,
-             word_counts: tuple[int, ...] | None = None) -> torch.Tensor:
-        tags = labels.clamp(min=0)  # padding words are masked out by the CRF
-        return -crf_log_likelihood(self.crf, self.scores(states, word_mask, word_counts), tags, word_mask).mean()
-
-    def per_word_classifier(self) -> None:
-        return None  # Viterbi over the whole sentence, not a per-word argmax
-
-    def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
-        start, trans = self.crf.start_transitions, self.crf.transitions
-        if self.constrain_transitions:
-            start = start.masked_fill(~self.start_ok, NEG)
-            trans = trans.masked_fill(~self.trans_ok, NEG)
-        emissions = self.scores(states, word_mask, word_counts)
-        return viterbi_decode(emissions, word_mask, start, self.crf.end_transitions, trans)
-
-
-def crf_log_likelihood(crf: CRF, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Log-likelihood of each sentence's tags under a linear-chain CRF (MUNCHABLES eq. 7): the
-    path's score minus the log-partition, computed as ``torchcrf.CRF(batch_first=True)(emissions,
-    tags, mask, reduction="none")`` computes it (same operations in the same order) without its
-    input checks, whose ``mask[:, 0].all()`` waits for the device at every step. ``emissions (B,
-    T, K)``; ``mask (B, T)`` with each sentence's words first (collated batches always are)."""
-    emissions, tags, on = emissions.transpose(0, 1), tags.transpose(0, 1), mask.transpose(0, 1)
-    length, batch = tags.shape
-    rows = torch.arange(batch, device=tags.device)
-    weight = on.float()
-    score = crf.start_transitions[tags[0]]
-    score += emissions[0, rows, tags[0]]
-    for i in range(1, length):
-        score += crf.transitions[tags[i - 1], tags[i]] * weight[i]
-        score += emissions[i, rows, tags[i]] * weight[i]
-    score += crf.end_transitions[tags[weight.long().sum(dim=0) - 1, rows]]
-    partition = crf.start_transitions + emissions[0]
-    for i in range(1, length):
-        step = torch.logsumexp(partition.unsqueeze(2) + crf.transitions + emissions[i].unsqueeze(1), dim=1)
-        partition = torch.where(on[i].unsqueeze(1), step, partition)
-    partition += crf.end_transitions
-    return score - torch.logsumexp(partition, dim=1)
 
 
 class HeadModule(NERModule):
@@ -168,8 +97,14 @@ class HeadModule(NERModule):
     loss per corpus is logged (``train/loss_<corpus>``) and read by MUNCH-Stack's convergence test.
     """
 
-    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, make_head: Callable[[LabelSet], Head],
-                 aux_label_sets: dict[str, LabelSet] | None, **settings: Unpack[FamilySettings]):
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        label_set: LabelSet,
+        make_head: Callable[[LabelSet], Head],
+        aux_label_sets: dict[str, LabelSet] | None,
+        **settings: Unpack[FamilySettings],
+    ):
         super().__init__(encoder, label_set, **settings)
         corpora = {MAIN: label_set, **(aux_label_sets or {})}
         self.corpus_names = list(corpora)
@@ -191,8 +126,10 @@ class HeadModule(NERModule):
             return
         trained = dm.corpus_names
         if trained != self.corpus_names:
-            raise ValueError(f"the model has heads for corpora {self.corpus_names} but the data module trains "
-                             f"{trained}: build the module with the data module's aux_label_sets")
+            raise ValueError(
+                f"the model has heads for corpora {self.corpus_names} but the data module trains "
+                f"{trained}: build the module with the data module's aux_label_sets"
+            )
         self.head.fit_counts(dm.label_counts())
         for name in self.corpus_names[1:]:
             self.heads[name].fit_counts(dm.aux_label_counts(name))
@@ -205,8 +142,14 @@ class HeadModule(NERModule):
         if len(present) == 1:
             return [(self.corpus_names[present[0]], None, layout.words)]
         device = batch["word_mask"].device
-        return [(self.corpus_names[c], host_index([i for i, k in enumerate(layout.corpora) if k == c], device),
-                 tuple(n for n, k in zip(layout.words, layout.corpora) if k == c)) for c in present]
+        return [
+            (
+                self.corpus_names[c],
+                host_index([i for i, k in enumerate(layout.corpora) if k == c], device),
+                tuple(n for n, k in zip(layout.words, layout.corpora, strict=True) if k == c),
+            )
+            for c in present
+        ]
 
     def training_loss(self, batch: dict) -> torch.Tensor:
         states, labels, mask = self.word_states(batch), self.word_labels(batch), batch["word_mask"]
@@ -264,7 +207,9 @@ def build_family(loss, encoder: TransformerEncoder, label_sets: dict[str, LabelS
         return instantiate(loss, encoder=encoder, label_set=label_sets[MAIN])
     family = get_class(loss["_target_"])
     if not issubclass(family, HeadModule):
-        raise ValueError(f"{family.__name__} ({loss['_target_']}) has no per-corpus head: multi-corpus schemes "
-                         "(multitask=...) need a family with one head per corpus (ner_lightning.models.heads.HeadModule: "
-                         "the token classification and CRF families)")
+        raise ValueError(
+            f"{family.__name__} ({loss['_target_']}) has no per-corpus head: multi-corpus schemes "
+            "(multitask=...) need a family with one head per corpus (ner_lightning.models.heads.HeadModule: "
+            "the token classification and CRF families)"
+        )
     return instantiate(loss, encoder=encoder, label_set=label_sets[MAIN], aux_label_sets=aux)

@@ -15,6 +15,7 @@ decision. Decoding (``ner_lightning.decoding``) turns each type's answer into sp
 and merges the types into one IOB2 sequence per sentence (greedy by score, no overlaps), so the
 span metrics score MRC like every other family.
 """
+
 from __future__ import annotations
 
 from typing import Unpack
@@ -39,8 +40,14 @@ class MRCModule(NERModule):
 
     framing = "mrc"
 
-    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, token_loss: TokenLoss, head: str,
-                 **settings: Unpack[FamilySettings]):
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        label_set: LabelSet,
+        token_loss: TokenLoss,
+        head: str,
+        **settings: Unpack[FamilySettings],
+    ):
         super().__init__(encoder, label_set, **settings)
         if head not in HEADS:
             raise ValueError(f"loss.head must be one of {HEADS}, got {head!r}")
@@ -84,8 +91,9 @@ class MRCModule(NERModule):
         """``(sentence index, word offset, type index, answers)`` of one (chunk, queried type)."""
         return layout.sentences[row], layout.offsets[row], layout.types[row], values
 
-    def predicted_tags(self, collected: list, lengths: list[int], stage: str,
-                       id2label: dict[int, str] | None = None) -> list[list[str]]:
+    def predicted_tags(
+        self, collected: list, lengths: list[int], stage: str, id2label: dict[int, str] | None = None
+    ) -> list[list[str]]:
         """Reassemble each (sentence, type) answer over its chunks, decode it into spans and
         merge the types (:func:`ner_lightning.decoding.merge_typed_spans`)."""
         types = self.label_set.entity_types
@@ -101,8 +109,11 @@ class MRCModule(NERModule):
             candidates = []
             for ti, etype in enumerate(types):
                 row = answers[(si, ti)]
-                found = (inside_spans([p[0] for p in row]) if self.head == "tagger"
-                         else pointer_spans([p[0] for p in row], [p[1] for p in row]))
+                found = (
+                    inside_spans([p[0] for p in row])
+                    if self.head == "tagger"
+                    else pointer_spans([p[0] for p in row], [p[1] for p in row])
+                )
                 candidates += [(etype, first, last, score) for first, last, score in found]
             pred.append(merge_typed_spans(candidates, n, types))
         return pred

@@ -10,6 +10,7 @@ The AUC variants take several optimiser steps per batch, so they use the shared 
 of ``NERModule`` (clipping with the Trainer's ``gradient_clip_val``, the learning-rate
 schedule stepped once per batch, α ascended after each step).
 """
+
 from __future__ import annotations
 
 from typing import Unpack
@@ -34,8 +35,18 @@ def prefix_groups(labels: list[str]) -> list[list[int]]:
 
 
 class OneVsAllModule(AUCMinMax, NERModule):
-    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, objective: str, margin: float, m: int,
-                 lr_alpha: float, lr_ab: float | None, seed: int, **settings: Unpack[FamilySettings]):
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        label_set: LabelSet,
+        objective: str,
+        margin: float,
+        m: int,
+        lr_alpha: float,
+        lr_ab: float | None,
+        seed: int,
+        **settings: Unpack[FamilySettings],
+    ):
         super().__init__(encoder, label_set, **settings)
         if objective not in OBJECTIVES:
             raise ValueError(f"loss.objective must be one of {OBJECTIVES}, got {objective!r}")

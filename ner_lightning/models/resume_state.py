@@ -2,6 +2,7 @@
 ``NERModule``): the dev history, the batch and forward-pass counters, every random generator's
 state and the family's own training state (:meth:`ResumeState.extra_state`), so a fit resumed
 from ``last.ckpt`` goes on as the uninterrupted fit would."""
+
 from __future__ import annotations
 
 from ner_lightning.checkpoint_io import rng_states, set_rng_states
@@ -13,8 +14,11 @@ class ResumeState:
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["ner_lightning"] = {
-            "history": self.history, "train_batches": self.train_batches, "forward_passes": self.forward_passes,
-            "rng": rng_states(), "extra_state": self.extra_state(),
+            "history": self.history,
+            "train_batches": self.train_batches,
+            "forward_passes": self.forward_passes,
+            "rng": rng_states(),
+            "extra_state": self.extra_state(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:

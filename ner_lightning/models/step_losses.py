@@ -2,6 +2,7 @@
 host only when the epoch ends or an evaluation starts — the finite-loss check, the epoch's mean
 (``train/loss_epoch``) and the step losses for the loggers (``train/loss_step``). Nothing per step
 beyond keeping the record: on a GPU every read of a loss waits for the queued work."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -32,7 +33,7 @@ class StepLosses:
 
     def first_nonfinite(self) -> StepLoss | None:
         """The first record since the last call whose loss is not finite (one read of the device)."""
-        new, self._checked = self.steps[self._checked:], len(self.steps)
+        new, self._checked = self.steps[self._checked :], len(self.steps)
         if not new:
             return None
         finite = torch.isfinite(torch.stack([s.loss for s in new]))
@@ -72,5 +73,5 @@ class StepLosses:
             return
         values = torch.stack([loss for _, loss in kept]).tolist()
         for logger in loggers:
-            for (s, _), value in zip(kept, values):
+            for (s, _), value in zip(kept, values, strict=True):
                 logger.log_metrics({"train/loss_step": value, "epoch": s.epoch}, step=s.batch)

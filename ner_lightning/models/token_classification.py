@@ -1,4 +1,5 @@
 """Token classification family: a softmax head on each word's first sub-token (``loss=ce``)."""
+
 from __future__ import annotations
 
 import copy
@@ -22,8 +23,14 @@ class TokenClassificationModule(HeadModule):
     never contribute. Decoding is the per-word argmax.
     """
 
-    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, token_loss: TokenLoss,
-                 aux_label_sets: dict[str, LabelSet] | None = None, **settings: Unpack[FamilySettings]):
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        label_set: LabelSet,
+        token_loss: TokenLoss,
+        aux_label_sets: dict[str, LabelSet] | None = None,
+        **settings: Unpack[FamilySettings],
+    ):
         def make_head(labels: LabelSet) -> SoftmaxHead:
             return SoftmaxHead(encoder.hidden_size, labels, copy.deepcopy(token_loss), settings["dropout"])
 

@@ -18,6 +18,7 @@ Decoding is the paper's Algorithm 1 (:func:`two_task_decode`). The spans are unt
 data must carry one entity type (``data.label_scheme=untyped`` or ``data.entity_types=[X]``).
 The AUC min-max update of α is shared with the one-vs-all family (``models/auc.py``).
 """
+
 from __future__ import annotations
 
 from typing import Unpack
@@ -60,9 +61,22 @@ def bio_log_probs(entity_logit: torch.Tensor, begin_logit: torch.Tensor) -> torc
 
 class TwoTaskModule(AUCMinMax, NERModule):
     untyped_spans = True  # Algorithm 1 decodes B/I/O of one entity type
-    def __init__(self, encoder: TransformerEncoder, label_set: LabelSet, objective: str, lam: float, margin: float,
-                 threshold: float, schedule: str, ce_head: str, period: int, lr_alpha: float, lr_ab: float | None,
-                 **settings: Unpack[FamilySettings]):
+
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        label_set: LabelSet,
+        objective: str,
+        lam: float,
+        margin: float,
+        threshold: float,
+        schedule: str,
+        ce_head: str,
+        period: int,
+        lr_alpha: float,
+        lr_ab: float | None,
+        **settings: Unpack[FamilySettings],
+    ):
         super().__init__(encoder, label_set, **settings)
         if objective not in OBJECTIVES:
             raise ValueError(f"loss.objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -109,8 +123,9 @@ class TwoTaskModule(AUCMinMax, NERModule):
         states, entity, begin = self._states_and_targets(batch)
         s = self.task_scores(states)
         if self.objective == "ce2t":
-            return (F.binary_cross_entropy(s[:, 0], entity.float())
-                    + self.lam * F.binary_cross_entropy(s[:, 1], begin.float()))
+            return F.binary_cross_entropy(s[:, 0], entity.float()) + self.lam * F.binary_cross_entropy(
+                s[:, 1], begin.float()
+            )
         return self.auc_loss(s, entity, begin)
 
     def training_loss(self, batch: dict) -> torch.Tensor:
@@ -122,8 +137,9 @@ class TwoTaskModule(AUCMinMax, NERModule):
 
     def ce_phase(self) -> bool:
         """Alternating COMAUC-2T: whether this batch is a CE batch (the first ``period`` of each cycle)."""
-        return (self.objective == "comauc2t" and self.schedule == "alternate"
-                and (self.global_step // self.period) % 2 == 0)
+        return (
+            self.objective == "comauc2t" and self.schedule == "alternate" and (self.global_step // self.period) % 2 == 0
+        )
 
     def on_before_optimizer_step(self, optimizer) -> None:
         if self.automatic_optimization:
@@ -152,10 +168,13 @@ class TwoTaskModule(AUCMinMax, NERModule):
         s, keep = self.padded_scores(batch), batch["word_mask"]
         entity, begin = two_task_targets(self.word_labels(batch), self.label_set)
         if self.objective == "ce2t":
-            bce = (F.binary_cross_entropy(s[..., 0], entity.float(), reduction="none")
-                   + self.lam * F.binary_cross_entropy(s[..., 1], begin.float(), reduction="none"))
+            bce = F.binary_cross_entropy(
+                s[..., 0], entity.float(), reduction="none"
+            ) + self.lam * F.binary_cross_entropy(s[..., 1], begin.float(), reduction="none")
             return (bce * keep).sum() / keep.sum()
-        return masked_aucm(self.auc[0], s[..., 0], entity, keep) + self.lam * masked_aucm(self.auc[1], s[..., 1], begin, keep)
+        return masked_aucm(self.auc[0], s[..., 0], entity, keep) + self.lam * masked_aucm(
+            self.auc[1], s[..., 1], begin, keep
+        )
 
     def decode_scores(self, scores: torch.Tensor) -> torch.Tensor:
         return two_task_decode(scores[..., 0], scores[..., 1], self.threshold)

@@ -2,9 +2,11 @@
 sentence, word offset, corpus), the real words of its ``(B, W)`` grid, indices sent to the
 device without waiting for it, and whole sentences reassembled from the decoded chunks of an
 evaluation."""
+
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +38,8 @@ def layout_of(batch: dict) -> BatchLayout:
         sentences=tuple(batch["sentence_index"].tolist()) if "sentence_index" in batch else tuple(range(rows)),
         offsets=tuple(batch["word_offset"].tolist()) if "word_offset" in batch else (0,) * rows,
         types=tuple(batch["type_index"].tolist()) if "type_index" in batch else (),
-        corpora=tuple(batch["corpus"].tolist()) if "corpus" in batch else (0,) * rows)
+        corpora=tuple(batch["corpus"].tolist()) if "corpus" in batch else (0,) * rows,
+    )
 
 
 def host_index(values: list[int], device: torch.device) -> torch.Tensor:
@@ -55,7 +58,7 @@ class RealWords(NamedTuple):
     rows: torch.Tensor  # (N,) its row
 
     @classmethod
-    def of(cls, words: tuple[int, ...], width: int, device: torch.device) -> "RealWords":
+    def of(cls, words: tuple[int, ...], width: int, device: torch.device) -> RealWords:
         flat = [r * width + j for r, n in enumerate(words) for j in range(n)]
         return cls(host_index(flat, device), host_index([r for r, n in enumerate(words) for _ in range(n)], device))
 
@@ -78,8 +81,9 @@ def whole_sentences(collected: list, lengths: list[int], id2label: dict[int, str
     return pred
 
 
-def host_entries(collected: list[tuple[torch.Tensor, BatchLayout]],
-                 entry: Callable[[BatchLayout, int, list], tuple]) -> dict[int, list[tuple]]:
+def host_entries(
+    collected: list[tuple[torch.Tensor, BatchLayout]], entry: Callable[[BatchLayout, int, list], tuple]
+) -> dict[int, list[tuple]]:
     """Per corpus index, ``entry(layout, row, values)`` of every example of the decoded batches
     ``collected`` (output ``(B, W, ...)`` with its layout): every output moved to the host in one
     transfer."""

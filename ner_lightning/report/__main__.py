@@ -24,8 +24,10 @@ A tuning sweep (``experiment=tune_*``) also gets its trials listed and plotted.
 ``--select-on-dev KEY`` keeps, per row and partition, the run whose KEY has the best dev score
 (SingleAux's auxiliary); ``--choose KEY`` prints, per row, the KEY value with the best mean dev
 score over the partitions (a tuning grid's choice, e.g. each loss's head_lr); ``--average-over
-KEY`` adds macro and pooled-micro averages over KEY (main corpora, the MUNCHABLES paper's Table 2); auxiliary test scores are ``test_aux.<corpus>.…``.
+KEY`` adds macro and pooled-micro averages over KEY (main corpora, the MUNCHABLES paper's
+Table 2); auxiliary test scores are ``test_aux.<corpus>.…``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,44 +39,89 @@ from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unknown_baseline, unknown_keys
 from ner_lightning.report.runs import choose_on_dev, load_runs, load_trials, mixed_settings, select_on_dev
 from ner_lightning.report.tables import (
-    baseline_row_value, comparison_table, comparisons, corpus_average_table, paper_table, summary_table,
+    baseline_row_value,
+    comparison_table,
+    comparisons,
+    corpus_average_table,
+    paper_table,
+    summary_table,
 )
 from ner_lightning.results import time_spent
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ner_lightning.report", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m ner_lightning.report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("dirs", nargs="*", type=Path, help="sweep folders or their exports (not with --claims)")
-    ap.add_argument("--claims", type=Path, metavar="FILE", help="judge the claims of a YAML file by the rule of "
-                    "ner_lightning/report/claims.py and print the claims table (--format md or latex)")
-    ap.add_argument("--only", metavar="ID[,ID]", type=lambda s: s.split(","),
-                    help="with --claims: print just these claims' rows (an id's first word, e.g. 6a, or its number, "
-                    "6 for 6a-6c), each judged with its whole family")
-    ap.add_argument("--update", type=Path, metavar="DOC", action="append",
-                    help="with --claims: rewrite the claims tables of this Markdown file in place (blocks "
-                    "'<!-- claims table: FILE[ only=ID,ID] -->' ... '<!-- end claims table -->'); repeatable")
+    ap.add_argument(
+        "--claims",
+        type=Path,
+        metavar="FILE",
+        help="judge the claims of a YAML file by the rule of "
+        "ner_lightning/report/claims.py and print the claims table (--format md or latex)",
+    )
+    ap.add_argument(
+        "--only",
+        metavar="ID[,ID]",
+        type=lambda s: s.split(","),
+        help="with --claims: print just these claims' rows (an id's first word, e.g. 6a, or its number, "
+        "6 for 6a-6c), each judged with its whole family",
+    )
+    ap.add_argument(
+        "--update",
+        type=Path,
+        metavar="DOC",
+        action="append",
+        help="with --claims: rewrite the claims tables of this Markdown file in place (blocks "
+        "'<!-- claims table: FILE[ only=ID,ID] -->' ... '<!-- end claims table -->'); repeatable",
+    )
     ap.add_argument("--by", default="loss,size", help="comma-separated config keys that define a row")
     ap.add_argument("--metrics", default="test.micro.f1,test.macro.f1")
     ap.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparisons against this row, e.g. loss=ce")
     ap.add_argument("--paper", metavar="METHOD:COLUMN", help="paper-style table, e.g. loss:size")
     ap.add_argument("--format", choices=("md", "latex", "csv"), default="md", help="format of --paper tables")
     ap.add_argument("--plots", type=Path, metavar="DIR", help="write the figures the sweep allows here")
-    ap.add_argument("--select-on-dev", metavar="KEY", help="keep, per row and partition, the run whose KEY value "
-                    "has the best dev monitor (e.g. aux: SingleAux's auxiliary chosen on main dev)")
-    ap.add_argument("--choose", metavar="KEY", help="a tuning grid's choice: per row (--by without KEY), the KEY "
-                    "value with the best mean dev monitor over the partitions")
-    ap.add_argument("--average-over", metavar="KEY", help="also average the first metric over KEY's values per "
-                    "partition (e.g. dataset: macro and pooled micro averages over main corpora)")
+    ap.add_argument(
+        "--select-on-dev",
+        metavar="KEY",
+        help="keep, per row and partition, the run whose KEY value "
+        "has the best dev monitor (e.g. aux: SingleAux's auxiliary chosen on main dev)",
+    )
+    ap.add_argument(
+        "--choose",
+        metavar="KEY",
+        help="a tuning grid's choice: per row (--by without KEY), the KEY "
+        "value with the best mean dev monitor over the partitions",
+    )
+    ap.add_argument(
+        "--average-over",
+        metavar="KEY",
+        help="also average the first metric over KEY's values per "
+        "partition (e.g. dataset: macro and pooled micro averages over main corpora)",
+    )
     ap.add_argument("--alpha", type=float, default=0.05, help="significance level (after Holm's correction)")
-    ap.add_argument("--test", choices=("wilcoxon", "bootstrap", "ttest"), default="wilcoxon",
-                    help="the paired test that decides significance (all three p-values are printed)")
-    ap.add_argument("--wandb", choices=("offline", "online"), help="log a summary run (table + figures) into the "
-                    "sweep's W&B group, offline by default: `wandb sync` uploads it later")
+    ap.add_argument(
+        "--test",
+        choices=("wilcoxon", "bootstrap", "ttest"),
+        default="wilcoxon",
+        help="the paired test that decides significance (all three p-values are printed)",
+    )
+    ap.add_argument(
+        "--wandb",
+        choices=("offline", "online"),
+        help="log a summary run (table + figures) into the "
+        "sweep's W&B group, offline by default: `wandb sync` uploads it later",
+    )
     ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    ap.add_argument("--pool", default="", metavar="KEY[,KEY]", help="let a row average over runs that differ in "
-                    "these settings (refused otherwise: a row's runs may differ only in partition and seeds)")
+    ap.add_argument(
+        "--pool",
+        default="",
+        metavar="KEY[,KEY]",
+        help="let a row average over runs that differ in "
+        "these settings (refused otherwise: a row's runs may differ only in partition and seeds)",
+    )
     ap.add_argument("--strict", action="store_true", help="stop at an unreadable results.json instead of skipping it")
     return ap
 
@@ -142,7 +189,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.wandb and runs:
         from ner_lightning.report.wandb_summary import publish
 
-        where = Path(args.dirs[0]) if Path(args.dirs[0]).is_dir() else Path("multirun") / "report"  # not into a store's path
+        where = (
+            Path(args.dirs[0]) if Path(args.dirs[0]).is_dir() else Path("multirun") / "report"
+        )  # not into a store's path
         folder = publish(runs, by, metrics, written, where, args.wandb, args.resamples, args.seed)
         print(f"\nW&B summary run ({args.wandb}): {folder}")
     if failed:
@@ -151,8 +200,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"- {f.parent.name}: {json.loads(run_store.read_text(f))['error'].splitlines()[0]}")
 
 
-def _print_comparisons(args: argparse.Namespace, runs: list[dict], by: list[str], metrics: list[str],
-                       pool: list[str]) -> str | None:
+def _print_comparisons(
+    args: argparse.Namespace, runs: list[dict], by: list[str], metrics: list[str], pool: list[str]
+) -> str | None:
     """The paired comparisons against ``--baseline`` and the ``--paper`` tables; the baseline row's value."""
     if args.baseline:
         print(f"\nPaired comparisons against {args.baseline} (pairs = same partition sentences and init seed):\n")
@@ -162,11 +212,26 @@ def _print_comparisons(args: argparse.Namespace, runs: list[dict], by: list[str]
     if args.paper:
         method_key, _, column_key = args.paper.partition(":")
         for m in metrics:
-            print(f"\n{m} — mean with bootstrap SE; best bold, second underlined"
-                  + (f"; † differs from {base_value} ({args.test}, Holm, α={args.alpha})" if base_value else "")
-                  + ":\n")
-            print(paper_table(runs, method_key, column_key, m, base_value, args.alpha, args.resamples, args.seed,
-                              args.format, args.test, pool))
+            print(
+                f"\n{m} — mean with bootstrap SE; best bold, second underlined"
+                + (f"; † differs from {base_value} ({args.test}, Holm, α={args.alpha})" if base_value else "")
+                + ":\n"
+            )
+            print(
+                paper_table(
+                    runs,
+                    method_key,
+                    column_key,
+                    m,
+                    base_value,
+                    args.alpha,
+                    args.resamples,
+                    args.seed,
+                    args.format,
+                    args.test,
+                    pool,
+                )
+            )
     return base_value
 
 

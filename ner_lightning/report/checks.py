@@ -1,17 +1,31 @@
 """What the report refuses instead of guessing: keys that name nothing, rows that pool runs of
 different settings, the same run counted twice."""
+
 from __future__ import annotations
 
 from ner_lightning.report.runs import (
-    RESULT_KEYS, RESULT_VALUES, baseline_value, labels, lookup, pair_id, parse_baseline, partition_label,
+    RESULT_KEYS,
+    RESULT_VALUES,
+    baseline_value,
+    labels,
+    lookup,
+    pair_id,
+    parse_baseline,
+    partition_label,
 )
 from ner_lightning.results import GRID_PATHS
 from ner_lightning.sweep.identity import flat, settings
 
-GROUPS = {"loss": ("loss",), "model": ("model",), "dataset": ("dataset", "data.corpus"), "data": ("data",),
-          "multitask": ("multitask",), "optimizer": ("optimizer", "loss.optimizer"),
-          # the auxiliary corpora, as this and earlier versions record them
-          "aux": ("aux", "aux_datasets", "multitask.datamodule.auxiliaries", "data.auxiliaries")}
+GROUPS = {
+    "loss": ("loss",),
+    "model": ("model",),
+    "dataset": ("dataset", "data.corpus"),
+    "data": ("data",),
+    "multitask": ("multitask",),
+    "optimizer": ("optimizer", "loss.optimizer"),
+    # the auxiliary corpora, as this and earlier versions record them
+    "aux": ("aux", "aux_datasets", "multitask.datamodule.auxiliaries", "data.auxiliaries"),
+}
 # What replicates a cell (partitions, seeds): rows average over these.
 REPLICATE_NAMES = ("partition", "seed", "init_seed", "shuffle_seed")
 
@@ -26,7 +40,7 @@ def _paths(key: str) -> tuple[str, ...]:
         if p.startswith("optimizer"):
             paths.append("loss." + p)
         if p.startswith("dataset"):
-            paths.append("data.corpus" + p[len("dataset"):])
+            paths.append("data.corpus" + p[len("dataset") :])
         if "." not in p:
             paths.append(f"data.{p}")
     return tuple(paths)
@@ -61,8 +75,9 @@ def _settings_of(members: list[dict], free: tuple[str, ...]) -> dict[str, set[st
     return values
 
 
-def unpaired_rows(rows: dict[tuple, list[dict]], pairs: list[tuple[tuple, tuple]], by: list[str],
-                  pool: list[str] = ()) -> list[str]:
+def unpaired_rows(
+    rows: dict[tuple, list[dict]], pairs: list[tuple[tuple, tuple]], by: list[str], pool: list[str] = ()
+) -> list[str]:
     """One line per (row, baseline row) whose runs differ in a resolved setting other than the
     ``by`` keys, the ``pool`` keys and the replicates — e.g. ``data.label_scheme`` when AUC-2T ran on
     untyped spans and CE on typed labels: a paired difference of those rows measures both at once."""
@@ -73,8 +88,10 @@ def unpaired_rows(rows: dict[tuple, list[dict]], pairs: list[tuple[tuple, tuple]
         for key in sorted(set(mine) | set(theirs)):
             if mine.get(key) != theirs.get(key):
                 shown = lambda v: ", ".join(sorted(v or {"(unset)"}))  # noqa: E731
-                problems.append(f"row {' '.join(row)} vs {' '.join(ref)}: {key} is {shown(mine.get(key))} vs "
-                                f"{shown(theirs.get(key))}")
+                problems.append(
+                    f"row {' '.join(row)} vs {' '.join(ref)}: {key} is {shown(mine.get(key))} vs "
+                    f"{shown(theirs.get(key))}"
+                )
     return problems
 
 
@@ -85,7 +102,7 @@ def duplicates(runs: list[dict], by: list[str]) -> list[str]:
     for r in runs:
         key = tuple(str(lookup(r, k)) for k in by) + pair_id(r)
         if key in seen:
-            found.append(f"row {' '.join(key[:len(by)])}, partition {partition_label(r)}: {seen[key]} and {r['_dir']}")
+            found.append(f"row {' '.join(key[: len(by)])}, partition {partition_label(r)}: {seen[key]} and {r['_dir']}")
         else:
             seen[key] = r["_dir"]
     return found
@@ -100,10 +117,18 @@ def unknown_keys(runs: list[dict], by: list[str], metrics: list[str]) -> list[st
             problems.append(f"--by {key}: no run has it; config keys: {', '.join(top)} (or a dotted path under them)")
     for metric in metrics:
         if all(lookup(r, metric) is None for r in runs):
-            known = sorted({k for r in runs[:20] for k in flat({s: r.get(s) for s in
-                                                                   ("test", "dev", "compute")}) if k.count(".") <= 2})
-            problems.append(f"--metrics {metric}: no run has it; e.g. {', '.join(known[:12])} …, or one of "
-                            f"{', '.join(RESULT_VALUES)} (sections: {', '.join(RESULT_KEYS)})")
+            known = sorted(
+                {
+                    k
+                    for r in runs[:20]
+                    for k in flat({s: r.get(s) for s in ("test", "dev", "compute")})
+                    if k.count(".") <= 2
+                }
+            )
+            problems.append(
+                f"--metrics {metric}: no run has it; e.g. {', '.join(known[:12])} …, or one of "
+                f"{', '.join(RESULT_VALUES)} (sections: {', '.join(RESULT_KEYS)})"
+            )
     return problems
 
 

@@ -13,11 +13,12 @@ method − baseline) with its source (``paper_delta_from``: :func:`check_delta_s
 read under its paper's span scorer (``papers: {NAME: {scorer: strict | lenient}}``; strict where a
 paper names none).
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
-from typing import Collection
 
 import yaml
 
@@ -46,17 +47,25 @@ def load_claims(path: Path) -> tuple[dict, list[dict]]:
             raise SystemExit(f"{path}: claim {c.get('id', i + 1)} lacks {', '.join(missing)}")
         for grid in grids_of(c):
             if grid not in grids:
-                raise SystemExit(f"{path}: claim {c['id']}: grid {grid!r} is not one of the file's grids "
-                                 f"({', '.join(grids) or 'none: add a top-level `grids:` map'})")
+                raise SystemExit(
+                    f"{path}: claim {c['id']}: grid {grid!r} is not one of the file's grids "
+                    f"({', '.join(grids) or 'none: add a top-level `grids:` map'})"
+                )
         if c["relation"] not in RELATIONS:
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']!r} is not one of {RELATIONS}")
         if c["relation"] != ">" and not c.get("margin"):
             raise SystemExit(f"{path}: claim {c['id']}: relation {c['relation']} needs a positive margin")
         check_delta_source(path, c)
-    settings = {"alpha": float(data.get("alpha", 0.05)), "resamples": int(data.get("resamples", 10_000)),
-                "seed": int(data.get("seed", 0)), "names": {str(k): str(v) for k, v in (data.get("names") or {}).items()},
-                "figures": list(data.get("figures") or []), "papers": papers, "grids": grids,
-                "study": dict(data.get("study") or {})}
+    settings = {
+        "alpha": float(data.get("alpha", 0.05)),
+        "resamples": int(data.get("resamples", 10_000)),
+        "seed": int(data.get("seed", 0)),
+        "names": {str(k): str(v) for k, v in (data.get("names") or {}).items()},
+        "figures": list(data.get("figures") or []),
+        "papers": papers,
+        "grids": grids,
+        "study": dict(data.get("study") or {}),
+    }
     return settings, claims
 
 
@@ -101,8 +110,12 @@ def scored_metric(claim: dict, settings: dict, scoring: str = "paper") -> str:
     ``strict`` or ``lenient`` (every claim so), ``as_written`` (the claim's metric untouched)."""
     if scoring == "as_written":
         return claim["metric"]
-    chosen = {"paper": scorer(claim, settings), "strict": "strict", "lenient": "lenient",
-              "other": SCORERS[1 - SCORERS.index(scorer(claim, settings))]}[scoring]
+    chosen = {
+        "paper": scorer(claim, settings),
+        "strict": "strict",
+        "lenient": "lenient",
+        "other": SCORERS[1 - SCORERS.index(scorer(claim, settings))],
+    }[scoring]
     return (lenient if chosen == "lenient" else strict)(claim["metric"])
 
 
@@ -135,8 +148,11 @@ def comparable_delta(claim: dict) -> bool:
     """Whether the claim's ``paper_delta`` is a number the paper reports for the claim's setting
     (an itemised source not marked ``comparable: false``)."""
     source = claim.get("paper_delta_from")
-    return (claim.get("paper_delta") is not None and isinstance(source, dict)
-            and source.get("comparable", True) is not False)
+    return (
+        claim.get("paper_delta") is not None
+        and isinstance(source, dict)
+        and source.get("comparable", True) is not False
+    )
 
 
 def delta_source(claim: dict) -> str:
@@ -148,8 +164,10 @@ def delta_source(claim: dict) -> str:
         return f"{source or 'unstated'} (not itemised: not comparable)"
     if source.get("comparable", True) is False:
         return f"{source['where']}: not comparable ({source['why']})"
-    return (f"{source['where']}: {source['method']} − {source['baseline']}, {source['train_sentences']} training "
-            f"sentences, {source['metric']}, {source['scorer']}")
+    return (
+        f"{source['where']}: {source['method']} − {source['baseline']}, {source['train_sentences']} training "
+        f"sentences, {source['metric']}, {source['scorer']}"
+    )
 
 
 def paper_distance(claim: dict) -> float | None:

@@ -12,7 +12,7 @@ with the best dev score (test is never read).
 sentences and initialisation; with several seeds per partition Δ per partition is the mean over
 its seeds, and the partitions are the replicates (n). The rule (:func:`symmetric_verdicts`): the
 claim and its reverse (Δ on the other side of 0, of the ≫ margin, outside the ≈ band:
-:func:`p_against`) are both tested one-sided and Holm-adjusted together within the claim's
+``report.stats.p_against``) are both tested one-sided and Holm-adjusted together within the claim's
 **family** (its ``family`` key, by default its paper):
 
 * **replicated** — the claim's adjusted p < α;
@@ -34,23 +34,31 @@ kind in a family by α. Rows whose runs differ in a setting other than ``key``, 
 the claim's ``pool`` keys are refused. The table of a file: ``report/claims_table.py``; a study
 of a file's grids: ``ner_lightning.study``.
 """
+
 from __future__ import annotations
 
 import math
 import os
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection
 
 import numpy as np
-from scipy import stats
 
 from ner_lightning import run_store
 from ner_lightning.report.checks import duplicates, pooled_differences, unpaired_rows
 from ner_lightning.report.claim_spec import family, load_claims, paper_distance, scored_metric
 from ner_lightning.report.runs import group, labels, load_runs, partition_label, select_on_dev
-from ner_lightning.report.stats import bootstrap_mean, detectable_effect, holm, t_interval, wilcoxon_directions
+from ner_lightning.report.stats import (
+    bootstrap_mean,
+    detectable_effect,
+    holm,
+    p_against,
+    t_interval,
+    t_test,
+    wilcoxon_directions,
+)
 from ner_lightning.report.tables import paired_by_partition
 
 
@@ -64,7 +72,7 @@ class Judged:
     boot_low: float
     boot_high: float
     p: float  # one-sided (or TOST) p of the claim's hypothesis
-    p_reverse: float  # p of its reverse (:func:`p_against`)
+    p_reverse: float  # p of its reverse (``report.stats.p_against``)
     sd: float  # standard deviation of the paired differences
     resumed: list[str] = field(default_factory=list)  # folders of resumed runs, relative to the claims file
     seeds: tuple[int, int] = (1, 1)  # fewest and most initialisation seeds of a partition
@@ -72,41 +80,6 @@ class Judged:
     verdict: str = ""
     detectable: float = math.nan  # :func:`detectable_effect` at the family's strictest level
     deltas: tuple[float, ...] = ()  # Δ of each partition (the replicates)
-
-
-def _tails(d: np.ndarray):
-    """One-sided paired t-test p-values of mean Δ: ``above(b)`` of H0 "mean Δ ≤ b", ``below(b)``
-    of H0 "mean Δ ≥ b"."""
-    n, mean = len(d), float(np.mean(d))
-    se = float(np.std(d, ddof=1) / math.sqrt(n))
-
-    def above(bound: float) -> float:
-        if se == 0:
-            return 0.0 if mean > bound else 1.0
-        return float(stats.t.sf((mean - bound) / se, n - 1))
-
-    def below(bound: float) -> float:
-        if se == 0:
-            return 0.0 if mean < bound else 1.0
-        return float(stats.t.cdf((mean - bound) / se, n - 1))
-    return above, below
-
-
-def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[float, float, float]:
-    """The claim's p-value and the two-sided (1 − α) paired t-interval of mean Δ."""
-    above, below = _tails(d)
-    p = {">": lambda: above(0.0), ">>": lambda: above(margin),
-         "≈": lambda: max(above(-margin), below(margin))}[relation]()
-    return (p, *t_interval(float(np.mean(d)), float(np.std(d, ddof=1)), len(d), alpha / 2))
-
-
-def p_against(d: np.ndarray, relation: str, margin: float) -> float:
-    """The p-value of the claim's reverse, i.e. of H0 "the claim may hold" against Δ on the
-    other side: Δ < 0 (``>``), Δ < margin (``>>``), |Δ| > margin (``≈``: the two directions,
-    Bonferroni)."""
-    above, below = _tails(d)
-    return {">": lambda: below(0.0), ">>": lambda: below(margin),
-            "≈": lambda: min(1.0, 2 * min(above(margin), below(-margin)))}[relation]()
 
 
 def symmetric_adjusted(p_for: list[float], p_reverse: list[float], families: list[str]) -> tuple[list, list]:
@@ -128,7 +101,7 @@ def symmetric_verdicts(p_for: list[float], p_reverse: list[float], families: lis
     chance of any false verdict of either kind in a family is at most α (``tests/test_claims.py``
     simulates it)."""
     adj_for, adj_reverse = symmetric_adjusted(p_for, p_reverse, families)
-    return [verdict(a, r, alpha) for a, r in zip(adj_for, adj_reverse)]
+    return [verdict(a, r, alpha) for a, r in zip(adj_for, adj_reverse, strict=True)]
 
 
 def verdict(p_claim: float, p_reverse: float, level: float, undecided: str = "") -> str:
@@ -178,8 +151,10 @@ def claim_runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]
     """The runs a claim or figure reads: its ``runs`` glob patterns under ``root``, filtered by
     ``where``. ``loaded``: folders already read (one table's claims share their sweeps)."""
     if "runs" not in spec:
-        raise SystemExit(f"claim {spec.get('id')}: it names grid {spec.get('grid')!r}, not runs — a study file: "
-                         "judge it with `ner-lightning study FILE`")
+        raise SystemExit(
+            f"claim {spec.get('id')}: it names grid {spec.get('grid')!r}, not runs — a study file: "
+            "judge it with `ner-lightning study FILE`"
+        )
     folders = [match for pattern in spec["runs"] for match in run_store.glob(root, pattern)]
     if not folders:
         raise SystemExit(f"{spec.get('id', spec.get('name'))}: no folder matches {spec['runs']} under {root}")
@@ -188,7 +163,7 @@ def claim_runs(spec: dict, root: Path, loaded: dict | None = None) -> list[dict]
         loaded[tuple(folders)] = load_runs(folders)[0]
     runs = loaded[tuple(folders)]
     for key, value in (spec.get("where") or {}).items():
-        runs = [r for r, v in zip(runs, labels(runs, key)) if v == str(value)]
+        runs = [r for r, v in zip(runs, labels(runs, key), strict=True) if v == str(value)]
     return runs
 
 
@@ -198,28 +173,44 @@ def _deltas(claim: dict, runs: list[dict], pool: list[str]) -> tuple[dict, list[
     rows = group(runs, [key])
     missing = [v for v in (claim["method"], claim["baseline"]) if (str(v),) not in rows]
     if missing:
-        raise SystemExit(f"claim {claim['id']}: no runs with {key}={', '.join(map(str, missing))} after "
-                         f"{claim.get('where') or 'no filter'}; rows: {', '.join(k[0] for k in rows)}")
+        raise SystemExit(
+            f"claim {claim['id']}: no runs with {key}={', '.join(map(str, missing))} after "
+            f"{claim.get('where') or 'no filter'}; rows: {', '.join(k[0] for k in rows)}"
+        )
     method, base = (str(claim["method"]),), (str(claim["baseline"]),)
     pair = rows[method] + rows[base]
-    problems = (duplicates(pair, [key]) + pooled_differences(pair, [key], pool)
-                + unpaired_rows(rows, [(method, base)], [key], pool))
+    problems = (
+        duplicates(pair, [key])
+        + pooled_differences(pair, [key], pool)
+        + unpaired_rows(rows, [(method, base)], [key], pool)
+    )
     if problems:
         raise SystemExit(f"claim {claim['id']}: " + "; ".join(problems))
     pairs = paired_by_partition(rows[method], rows[base], claim["metric"])
     return {k: a - b for k, (a, b) in pairs.items()}, pair
 
 
-def _deltas_per(claim: dict, runs: list[dict], pool: list[str], key: str,
-                values: tuple = ()) -> dict[str, tuple[dict, list[dict]]]:
+def _deltas_per(
+    claim: dict, runs: list[dict], pool: list[str], key: str, values: tuple = ()
+) -> dict[str, tuple[dict, list[dict]]]:
     """:func:`_deltas` for each value of ``key`` separately (those in ``values``, or every one)."""
     split = labels(runs, key)
-    return {v: _deltas(claim, [r for r, s in zip(runs, split) if s == v], pool + [key])
-            for v in (tuple(map(str, values)) or sorted(set(split)))}
+    return {
+        v: _deltas(claim, [r for r, s in zip(runs, split, strict=True) if s == v], pool + [key])
+        for v in (tuple(map(str, values)) or sorted(set(split)))
+    }
 
 
-def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop_resumed: bool = False,
-          loaded: dict | None = None, partitions: Collection[str] | None = None) -> Judged:
+def judge(
+    claim: dict,
+    alpha: float,
+    resamples: int,
+    seed: int,
+    root: Path,
+    drop_resumed: bool = False,
+    loaded: dict | None = None,
+    partitions: Collection[str] | None = None,
+) -> Judged:
     """Δ of one claim from its runs (glob patterns relative to the claims file's folder). With
     ``interaction: {key, with, without}``, Δ is a difference of differences per partition:
     (method − baseline at key=with) − (method − baseline at key=without); with ``average_over``,
@@ -260,9 +251,11 @@ def judge(claim: dict, alpha: float, resamples: int, seed: int, root: Path, drop
     p, low, high = t_test(d, claim["relation"], margin, alpha)
     boot = bootstrap_mean(d, resamples, seed, 1 - alpha)
     resumed = sorted(os.path.relpath(r["_dir"], root) for r in used if r.get("resumed_from"))
-    return Judged(claim, len(d), float(np.mean(d)), low, high, boot.low, boot.high, p,
-                  p_against(d, claim["relation"], margin), float(np.std(d, ddof=1)), resumed, (min(seeds), max(seeds)),
-                  deltas=tuple(map(float, d)))
+    mean, sd, span = float(np.mean(d)), float(np.std(d, ddof=1)), (min(seeds), max(seeds))
+    reverse = p_against(d, claim["relation"], margin)
+    return Judged(
+        claim, len(d), mean, low, high, boot.low, boot.high, p, reverse, sd, resumed, span, deltas=tuple(d.tolist())
+    )
 
 
 def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None:
@@ -272,17 +265,19 @@ def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None
     families = ["all claims" if one_family else family(j.claim) for j in active]
     adj_for, adj_reverse = symmetric_adjusted([j.p for j in active], [j.p_reverse for j in active], families)
     sizes = Counter(families)
-    for j, a, r, name in zip(active, adj_for, adj_reverse, families):
+    for j, a, r, name in zip(active, adj_for, adj_reverse, families, strict=True):
         j.p_holm, j.detectable = a, detectable_effect(j.sd, j.n, alpha, 2 * sizes[name])
-        j.verdict = verdict(a, r, alpha, undecided_verdict(j.claim, *interval_at(j, alpha / (2 * sizes[name])),
-                                                           j.detectable))
+        j.verdict = verdict(
+            a, r, alpha, undecided_verdict(j.claim, *interval_at(j, alpha / (2 * sizes[name])), j.detectable)
+        )
     for j in judged:
         if j.claim.get("vacuous"):
             j.verdict = "vacuous"
 
 
-def judge_all(path: Path, scoring: str = "paper", drop_resumed: bool = False, loaded: dict | None = None,
-              one_family: bool = False) -> tuple[dict, list[Judged]]:
+def judge_all(
+    path: Path, scoring: str = "paper", drop_resumed: bool = False, loaded: dict | None = None, one_family: bool = False
+) -> tuple[dict, list[Judged]]:
     """Every claim of the file judged (:func:`decide`). ``scoring``: ``paper`` reads each claim's
     metric under its paper's scorer (:func:`scorer`), ``other`` under the other one, ``strict``
     / ``lenient`` every claim so; ``drop_resumed`` leaves out the runs that resumed from a
@@ -290,7 +285,9 @@ def judge_all(path: Path, scoring: str = "paper", drop_resumed: bool = False, lo
     loaded = {} if loaded is None else loaded
     settings, claims = load_claims(path)
     claims = [{**c, "metric": scored_metric(c, settings, scoring)} for c in claims]
-    judged = [judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent, drop_resumed,
-                    loaded) for c in claims]
+    judged = [
+        judge(c, settings["alpha"], settings["resamples"], settings["seed"], Path(path).parent, drop_resumed, loaded)
+        for c in claims
+    ]
     decide(judged, settings["alpha"], one_family)
     return settings, judged

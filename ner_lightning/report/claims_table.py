@@ -10,16 +10,25 @@ partitions that would detect it at the observed SD (``report.stats.partitions_ne
 verdict under the other scorer and with every claim in one family as sensitivity columns. Under
 the table: the runs that resumed from a checkpoint and which verdicts change without them.
 """
+
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Collection
 from pathlib import Path
-from typing import Collection
 
-from ner_lightning.report.claim_spec import (delta_source, family, family_directions, paper_distance, scorer, selected,
-                                             strict)
-from ner_lightning.report.claims import Judged, claim_runs, decide, judge_all, verdict_kind
+from ner_lightning.report.claim_spec import (
+    delta_source,
+    family,
+    family_directions,
+    paper_distance,
+    scorer,
+    selected,
+    strict,
+)
+from ner_lightning.report.claims import Judged, decide, judge_all
+from ner_lightning.report.claims_figures import figure, forest_plot
 from ner_lightning.report.stats import POWER, partitions_needed
 
 DESIGN = "exploratory"  # a claims file's verdicts; confirmatory ones come from registered studies
@@ -61,8 +70,11 @@ def claims_table(path: Path, fmt: str = "md", plots: Path | None = None, only: C
     return _render(head, rows, note, fmt, only)
 
 
-BLOCK = re.compile(r"<!-- claims table: (?P<file>\S+?)(?: only=(?P<only>\S+))? -->\n"
-                   r"(?:(?P<body>(?:(?!<!-- (?:end )?claims table).)*?)\n)?<!-- end claims table -->", re.S)
+BLOCK = re.compile(
+    r"<!-- claims table: (?P<file>\S+?)(?: only=(?P<only>\S+))? -->\n"
+    r"(?:(?P<body>(?:(?!<!-- (?:end )?claims table).)*?)\n)?<!-- end claims table -->",
+    re.S,
+)
 
 
 def table_blocks(text: str, claims_file: str) -> list[tuple[list[str] | None, str]]:
@@ -71,8 +83,10 @@ def table_blocks(text: str, claims_file: str) -> list[tuple[list[str] | None, st
     blocks = [(_only(m), m["body"] or "") for m in BLOCK.finditer(text) if m["file"] == claims_file]
     opened = len(re.findall(rf"<!-- claims table: {re.escape(claims_file)}[ -]", text))
     if opened != len(blocks):
-        raise SystemExit(f"{opened} claims tables of {claims_file} open but {len(blocks)} close with "
-                         "'<!-- end claims table -->': end each block before the next one starts")
+        raise SystemExit(
+            f"{opened} claims tables of {claims_file} open but {len(blocks)} close with "
+            "'<!-- end claims table -->': end each block before the next one starts"
+        )
     return blocks
 
 
@@ -101,13 +115,23 @@ def _render(head: list[str], rows: list[list[str]], note: str, fmt: str, only: C
     if only is not None:
         unknown = [o for o in only if not any(selected(r[0], [o]) for r in rows)]
         if unknown:
-            raise SystemExit(f"no claim {', '.join(unknown)} in the claims file (asked for by --only or a "
-                             f"table block's only=): name a claim id's first word or its number")
+            raise SystemExit(
+                f"no claim {', '.join(unknown)} in the claims file (asked for by --only or a "
+                f"table block's only=): name a claim id's first word or its number"
+            )
         rows, note = [r for r in rows if selected(r[0], only)], ""
     if fmt == "latex":
         esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
-        lines = ["\\begin{tabular}{" + "l" * len(head) + "}", "\\toprule", " & ".join(map(esc, head)) + " \\\\",
-                 "\\midrule"] + [" & ".join(map(esc, r)) + " \\\\" for r in rows] + ["\\bottomrule", "\\end{tabular}"]
+        lines = (
+            [
+                "\\begin{tabular}{" + "l" * len(head) + "}",
+                "\\toprule",
+                " & ".join(map(esc, head)) + " \\\\",
+                "\\midrule",
+            ]
+            + [" & ".join(map(esc, r)) + " \\\\" for r in rows]
+            + ["\\bottomrule", "\\end{tabular}"]
+        )
         return "\n".join(lines) + (f"\n% {note}" if note else "")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out) + (f"\n\n{note}" if note else "")
@@ -129,27 +153,66 @@ def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], 
             figure(spec, settings, Path(path).parent, plots)
     name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
     alpha, level = settings["alpha"], round(100 * (1 - settings["alpha"]))
-    head = ["claim", "paper", "source", "statement", "Δ = method − baseline", "n (partitions × seeds)",
-            f"mean Δ [t {level}% CI]", f"bootstrap {level}% CI", "p (Holm in family)", "verdict", "design", "family",
-            "scorer", f"detectable Δ ({round(100 * POWER)}% power)", "paper's Δ", "source of the paper's Δ",
-            "partitions for the paper's Δ",
-            "verdict, other scorer", "verdict, one family of all claims"]
+    head = [
+        "claim",
+        "paper",
+        "source",
+        "statement",
+        "Δ = method − baseline",
+        "n (partitions × seeds)",
+        f"mean Δ [t {level}% CI]",
+        f"bootstrap {level}% CI",
+        "p (Holm in family)",
+        "verdict",
+        "design",
+        "family",
+        "scorer",
+        f"detectable Δ ({round(100 * POWER)}% power)",
+        "paper's Δ",
+        "source of the paper's Δ",
+        "partitions for the paper's Δ",
+        "verdict, other scorer",
+        "verdict, one family of all claims",
+    ]
     directions = family_directions([j.claim for j in judged])
     rows = []
-    for k, (j, o) in enumerate(zip(judged, one)):
+    for k, (j, o) in enumerate(zip(judged, one, strict=True)):
         c = j.claim
         paper = c.get("paper_delta")
-        rows.append([str(c["id"]), c["paper"], c["source"], c["statement"], _difference(c, name), _replicates(j),
-                     f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]", f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
-                     "—" if c.get("vacuous") else f"{j.p_holm:.4f}",
-                     f"{j.verdict}: {c['vacuous']}" if c.get("vacuous") else j.verdict, DESIGN,
-                     family(c), scorer(c, settings), "—" if c.get("vacuous") else f"{j.detectable:.3f}",
-                     "—" if paper is None else f"{float(paper):+.3f}", delta_source(c),
-                     "—" if c.get("vacuous") else _needed(j, alpha, directions[family(c)]),
-                     "—" if other is None else other[k].verdict, o.verdict])
+        rows.append(
+            [
+                str(c["id"]),
+                c["paper"],
+                c["source"],
+                c["statement"],
+                _difference(c, name),
+                _replicates(j),
+                f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]",
+                f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
+                "—" if c.get("vacuous") else f"{j.p_holm:.4f}",
+                f"{j.verdict}: {c['vacuous']}" if c.get("vacuous") else j.verdict,
+                DESIGN,
+                family(c),
+                scorer(c, settings),
+                "—" if c.get("vacuous") else f"{j.detectable:.3f}",
+                "—" if paper is None else f"{float(paper):+.3f}",
+                delta_source(c),
+                "—" if c.get("vacuous") else _needed(j, alpha, directions[family(c)]),
+                "—" if other is None else other[k].verdict,
+                o.verdict,
+            ]
+        )
     resumed = sorted({d for j in judged for d in j.resumed})
-    note = (f"{len(resumed)} of the runs read resumed from a checkpoint: " + ", ".join(resumed)
-            + ". " + _without_resumed(path, judged, loaded)) if resumed else "No run read resumed from a checkpoint."
+    note = (
+        (
+            f"{len(resumed)} of the runs read resumed from a checkpoint: "
+            + ", ".join(resumed)
+            + ". "
+            + _without_resumed(path, judged, loaded)
+        )
+        if resumed
+        else "No run read resumed from a checkpoint."
+    )
     return head, rows, note
 
 
@@ -159,65 +222,30 @@ def _without_resumed(path: Path, judged: list[Judged], loaded: dict) -> str:
         _, without = judge_all(path, drop_resumed=True, loaded=loaded)
     except SystemExit as err:  # a claim left with fewer than 2 partitions
         return f"Without them, not every claim can be judged ({err})."
-    changed = [f"{j.claim['id']} ({j.verdict} -> {w.verdict}, n {j.n} -> {w.n})"
-               for j, w in zip(judged, without) if j.verdict != w.verdict]
-    return ("Without them, the verdicts of " + "; ".join(changed) + " change.") if changed else \
-        "Without them, no verdict changes."
+    changed = [
+        f"{j.claim['id']} ({j.verdict} -> {w.verdict}, n {j.n} -> {w.n})"
+        for j, w in zip(judged, without, strict=True)
+        if j.verdict != w.verdict
+    ]
+    return (
+        ("Without them, the verdicts of " + "; ".join(changed) + " change.")
+        if changed
+        else "Without them, no verdict changes."
+    )
 
 
-LATEX = {"_": "\\_", "%": "\\%", "&": "\\&", "#": "\\#", "≈": "$\\approx$", "≫": "$\\gg$", "±": "$\\pm$",
-         "−": "$-$", "–": "--", "Δ": "$\\Delta$", "λ": "$\\lambda$", "γ": "$\\gamma$", "β": "$\\beta$"}
-
-
-VERDICT_COLOURS = {"replicated": "tab:green", "not replicated": "tab:red", "inconclusive": "tab:gray",
-                   "smaller than reported": "tab:brown", "underpowered": "tab:orange", "vacuous": "tab:purple"}
-
-
-def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
-    """Every claim's mean Δ with its t-interval (thick) and bootstrap interval (thin), coloured by
-    verdict; the claimed bound (0, the ≫ margin, the ≈ band) drawn on each row."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    from ner_lightning.report.plots import save
-
-    name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
-    fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.24 * len(judged)))
-    for row, j in enumerate(judged):
-        y, c, colour = len(judged) - 1 - row, j.claim, VERDICT_COLOURS[verdict_kind(j.verdict)]
-        ax.plot([j.boot_low, j.boot_high], [y, y], color=colour, lw=0.8)
-        ax.plot([j.t_low, j.t_high], [y, y], color=colour, lw=2.5, solid_capstyle="butt")
-        ax.plot(j.mean, y, "o", color=colour, ms=3.5)
-        margin = float(c.get("margin") or 0.0)
-        if c["relation"] == ">>":
-            ax.plot(margin, y, "|", color="black", ms=7)
-        elif c["relation"] == "≈":
-            ax.plot([-margin, margin], [y, y], "|", color="black", ms=7)
-    ax.axvline(0, color="black", lw=0.6)
-    ax.set_yticks(range(len(judged)), [f"{j.claim['id']}: {name(j.claim['method'])} − {name(j.claim['baseline'])}"
-                                       for j in reversed(judged)], fontsize=6)
-    ax.set_ylim(-0.7, len(judged) - 0.3)
-    ax.set_xlabel("paired difference Δ (method − baseline) over partitions")
-    level = round(100 * (1 - settings["alpha"]))
-    handles = [Line2D([], [], color=col, lw=2.5, label=v) for v, col in VERDICT_COLOURS.items()]
-    handles += [Line2D([], [], color="black", marker="|", ls="", ms=7, label="claimed margin (≫ / ≈)")]
-    ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(f"claims (each under its paper's scorer): mean Δ, paired t {level}% CI (thick), "
-                 f"bootstrap {level}% CI (thin)", fontsize=8)
-    ax.grid(axis="x", alpha=0.3)
-    return save(fig, Path(out), "claims_forest")
-
-
-def figure(spec: dict, settings: dict, root: Path, out: Path) -> list[Path]:
-    """A curve of the claims file's ``figures`` list: runs (glob patterns), ``where``, the method
-    key, the x key (optionally placed at the mean of ``x_at``, labelled ``x_label``), the metric and
-    the paper's reported values as references. The x axis is logarithmic."""
-    from ner_lightning.report.plots import metric_vs
-
-    runs = claim_runs(spec, root)
-    return metric_vs(runs, spec["key"], spec["x"], [spec["metric"]], Path(out), spec["name"], settings["resamples"],
-                     settings["seed"], True, settings["names"], spec.get("references"),
-                     spec.get("reference_label", "paper"), spec.get("x_at"), spec.get("x_label"))
+LATEX = {
+    "_": "\\_",
+    "%": "\\%",
+    "&": "\\&",
+    "#": "\\#",
+    "≈": "$\\approx$",
+    "≫": "$\\gg$",
+    "±": "$\\pm$",
+    "−": "$-$",
+    "–": "--",
+    "Δ": "$\\Delta$",
+    "λ": "$\\lambda$",
+    "γ": "$\\gamma$",
+    "β": "$\\beta$",
+}

@@ -10,6 +10,7 @@ every figure the sweep's axes allow:
 * ``tuning_value_vs_trial``: an Optuna search's objective (mean dev score over the tuning
   partitions) per trial and the best so far.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -63,16 +64,30 @@ def _points(rs, x_key, x_at, metric, resamples, seed) -> list[tuple[float, objec
     return sorted(pts, key=lambda p: p[0])
 
 
-def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_x, names: dict | None = None,
-              references: dict | None = None, reference_label: str = "paper", x_at: str | None = None,
-              x_label: str | None = None) -> list[Path]:
+def metric_vs(
+    runs,
+    method_key,
+    x_key,
+    metrics,
+    out,
+    name,
+    resamples,
+    seed,
+    log_x,
+    names: dict | None = None,
+    references: dict | None = None,
+    reference_label: str = "paper",
+    x_at: str | None = None,
+    x_label: str | None = None,
+) -> list[Path]:
     """One line + 95 % band per (method, metric) against ``x_key`` (placed at the mean of ``x_at``
     when given, see :func:`_points`); method names from ``names``; a paper's reported values
     (``references``: method -> {x: value}) as hollow markers in the method's colour."""
     names, references = names or {}, references or {}
     fig, ax = plt.subplots(figsize=(6, 4))
     ticks: set[float] = set()
-    for metric, style in zip(metrics, ("-", "--", ":")):
+    for i, metric in enumerate(metrics):
+        style = ("-", "--", ":")[i % 3]
         for method, rs in group(runs, [method_key]).items():
             pts = _points(rs, x_key, x_at, metric, resamples, seed)
             if not pts:
@@ -80,16 +95,28 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
             xs = [p[0] for p in pts]
             ticks.update(float(f"{x:.3g}") for x in xs)  # measured positions differ in the 4th digit
             shown_name = names.get(method[0], method[0])
-            line, = ax.plot(xs, [p[1].mean for p in pts], style, marker="o", label=f"{shown_name} ({_label(metric)})"
-                            if len(metrics) > 1 else shown_name)
+            (line,) = ax.plot(
+                xs,
+                [p[1].mean for p in pts],
+                style,
+                marker="o",
+                label=f"{shown_name} ({_label(metric)})" if len(metrics) > 1 else shown_name,
+            )
             lows = [p[1].low if p[1].n > 1 else p[1].mean for p in pts]
             highs = [p[1].high if p[1].n > 1 else p[1].mean for p in pts]
             ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15)
             ref = {float(k): float(v) for k, v in (references.get(method[0]) or {}).items()}
             if ref:
                 ticks.update(ref)
-                ax.plot(sorted(ref), [ref[k] for k in sorted(ref)], ls=":", marker="o", mfc="none",
-                        color=line.get_color(), lw=0.8)
+                ax.plot(
+                    sorted(ref),
+                    [ref[k] for k in sorted(ref)],
+                    ls=":",
+                    marker="o",
+                    mfc="none",
+                    color=line.get_color(),
+                    lw=0.8,
+                )
     if references:
         ax.plot([], [], ls=":", marker="o", mfc="none", color="gray", label=f"{reference_label} (hollow)")
     if log_x:
@@ -100,14 +127,16 @@ def metric_vs(runs, method_key, x_key, metrics, out, name, resamples, seed, log_
         ax.minorticks_off()
     ax.set_xlabel(x_label or x_key)
     ax.set_ylabel(_label(metrics[-1]) if len(metrics) == 1 else "F1")
-    ax.set_title(f"{', '.join(map(_label, metrics))} vs {x_label or x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9)
+    ax.set_title(
+        f"{', '.join(map(_label, metrics))} vs {x_label or x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if references else {}))
     return save(fig, out, name)
 
 
 def per_type_bars(runs, method_key, size, out) -> list[Path]:
-    rs = [r for r, v in zip(runs, labels(runs, "size")) if v == size]
+    rs = [r for r, v in zip(runs, labels(runs, "size"), strict=True) if v == size]
     types = sorted({t for r in rs for t in (lookup(r, "test.per_type") or {})})
     methods = list(group(rs, [method_key]))
     if not types or not methods:
@@ -115,7 +144,7 @@ def per_type_bars(runs, method_key, size, out) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(types) * max(1, len(methods)) / 3), 4))
     width = 0.8 / len(methods)
     for i, (method,) in enumerate(methods):
-        cell = [r for r, v in zip(rs, labels(rs, method_key)) if v == method]
+        cell = [r for r, v in zip(rs, labels(rs, method_key), strict=True) if v == method]
         means = [statistics.fmean(v) if (v := values(cell, f"test.per_type.{t}.f1")) else float("nan") for t in types]
         ax.bar([j + i * width for j in range(len(types))], means, width, label=method)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(types))], types)
@@ -132,12 +161,12 @@ def paired_differences(runs, method_key, metric, baseline, out) -> list[Path]:
     if not methods:
         return []
     fig, axes = plt.subplots(1, len(sizes), figsize=(3.2 * len(sizes) + 1, 3.8), squeeze=False, sharey=True)
-    for ax, size in zip(axes[0], sizes):
-        at = [r for r, v in zip(runs, labels(runs, "size")) if v == size]
-        base = [r for r, v in zip(at, labels(at, method_key)) if v == baseline]
+    for ax, size in zip(axes[0], sizes, strict=True):
+        at = [r for r, v in zip(runs, labels(runs, "size"), strict=True) if v == size]
+        base = [r for r, v in zip(at, labels(at, method_key), strict=True) if v == baseline]
         for i, m in enumerate(methods):
-            x, y = paired_values([r for r, v in zip(at, labels(at, method_key)) if v == m], base, metric)
-            d = [a - b for a, b in zip(x, y)]
+            x, y = paired_values([r for r, v in zip(at, labels(at, method_key), strict=True) if v == m], base, metric)
+            d = [a - b for a, b in zip(x, y, strict=True)]
             ax.scatter([i] * len(d), d, s=18, alpha=0.7)
             if d:
                 ax.hlines(sum(d) / len(d), i - 0.3, i + 0.3, color="k")
@@ -174,8 +203,16 @@ def swept_keys(runs) -> list[str]:
     return [k for k, vs in seen.items() if k not in FIXED and len(vs) > 1 and _numeric(vs)]
 
 
-def render(runs, out: Path, method_key: str, metric: str, baseline: str | None, resamples: int, seed: int,
-           trials: list[dict] | None = None) -> list[Path]:
+def render(
+    runs,
+    out: Path,
+    method_key: str,
+    metric: str,
+    baseline: str | None,
+    resamples: int,
+    seed: int,
+    trials: list[dict] | None = None,
+) -> list[Path]:
     written = trials_plot(trials, out) if trials else []
     sizes = sorted(set(labels(runs, "size")), key=lambda s: sort_key((s,)))
     name = metric.replace(".", "_")

@@ -1,4 +1,5 @@
 """Reading a sweep: every cell's ``results.json`` (and ``failure.json``), values by dotted path."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,9 @@ def load_runs(dirs: list[Path], strict: bool = False) -> tuple[list[dict], list[
                 run = json.loads(run_store.read_text(path))
             except (OSError, ValueError) as err:
                 if strict:
-                    raise SystemExit(f"{path}: not a readable results.json ({err}); remove or rerun that cell") from None
+                    raise SystemExit(
+                        f"{path}: not a readable results.json ({err}); remove or rerun that cell"
+                    ) from None
                 print(f"warning: skipped {path}: not a readable results.json ({err})", file=sys.stderr)
                 continue
             run["_dir"] = str(path.parent)
@@ -129,8 +132,10 @@ def mixed_settings(runs: list[dict], by: list[str], keys=("data.label_scheme", "
     for key in keys:
         values = sorted({str(lookup(r, key)) for r in runs})
         if key not in by and len(values) > 1:
-            notes.append(f"note: runs differ in {key} ({', '.join(values)}) — add it to --by; "
-                         "rows with different values are not comparable")
+            notes.append(
+                f"note: runs differ in {key} ({', '.join(values)}) — add it to --by; "
+                "rows with different values are not comparable"
+            )
     return notes
 
 
@@ -153,16 +158,21 @@ def select_on_dev(runs: list[dict], key: str, by: list[str]) -> tuple[list[dict]
         offered.setdefault(ident[:-2], {}).setdefault(frozenset(str(lookup(r, key)) for r in rs), []).append(ident[-2])
     for row, choices in offered.items():
         if len(choices) > 1:
-            shown = "; ".join(f"partition{'s' * (len(ps) > 1)} {', '.join(ps)}: {len(c)} values" for c, ps in choices.items())
-            raise SystemExit(f"--select-on-dev {key}: row {' '.join(row) or '(all)'} offers different {key} values on "
-                             f"different partitions ({shown}) — finish the sweep or leave the short partitions out")
+            shown = "; ".join(
+                f"partition{'s' * (len(ps) > 1)} {', '.join(ps)}: {len(c)} values" for c, ps in choices.items()
+            )
+            raise SystemExit(
+                f"--select-on-dev {key}: row {' '.join(row) or '(all)'} offers different {key} values on "
+                f"different partitions ({shown}) — finish the sweep or leave the short partitions out"
+            )
     for ident, rs in groups.items():
         best = max(rs, key=lambda r: (r.get("dev_monitor") is not None, r.get("dev_monitor") or 0.0))
         kept.append(best)
         if len(rs) > 1:
             scores = ", ".join(f"{lookup(r, key)} {r.get('dev_monitor') or float('nan'):.4f}" for r in rs)
-            notes.append(f"{' '.join(ident[:-2])} partition {ident[-2]}: {key}={lookup(best, key)} chosen on dev "
-                         f"({scores})")
+            notes.append(
+                f"{' '.join(ident[:-2])} partition {ident[-2]}: {key}={lookup(best, key)} chosen on dev ({scores})"
+            )
     return kept, notes
 
 
@@ -183,7 +193,9 @@ def choose_on_dev(runs: list[dict], key: str, by: list[str]) -> list[dict]:
         shared = sorted(set.intersection(*(set(v) for v in values.values())), key=lambda p: sort_key((p,)))
         if not shared:
             raise SystemExit(f"--choose {key}: the values of row {' '.join(ident)} share no partition")
-        means = {v: sum(values[v][p] for p in shared) / len(shared) for v in sorted(values, key=lambda v: sort_key((v,)))}
+        means = {
+            v: sum(values[v][p] for p in shared) / len(shared) for v in sorted(values, key=lambda v: sort_key((v,)))
+        }
         best = max(means, key=means.get)
         choices.append({"row": ident, "key": key, "best": best, "means": means, "partitions": shared})
     return choices

@@ -25,9 +25,11 @@ when t_k ≥ c_k, i.e. p_k < P(T_{n_k − 1} ≥ c_k) (:func:`t_levels`). ``pyth
 ner_lightning.report.sequential`` checks a design's per-direction type-I error on independent
 null studies (:func:`type_one_error`).
 """
+
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 from scipy import optimize, stats
@@ -54,15 +56,18 @@ def _below(bounds: list[float], fractions: list[float]) -> float:
     if len(t) == 1:
         return float(stats.norm.cdf(bounds[0]))
     cov = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
-    return float(stats.multivariate_normal.cdf(np.asarray(bounds), mean=np.zeros(len(t)), cov=cov, abseps=1e-7,
-                                               releps=1e-5, rng=np.random.default_rng(0)))
+    return float(
+        stats.multivariate_normal.cdf(
+            np.asarray(bounds), mean=np.zeros(len(t)), cov=cov, abseps=1e-7, releps=1e-5, rng=np.random.default_rng(0)
+        )
+    )
 
 
 def boundaries(fractions: list[float], alpha: float, kind: str = "obrien_fleming") -> list[float]:
     """One-sided critical values c_k (z scale) of looks at information ``fractions`` (increasing,
     the last 1) for a total one-sided level ``alpha`` spent by ``kind``."""
     fractions = [float(f) for f in fractions]
-    if not fractions or fractions[-1] != 1.0 or any(b <= a for a, b in zip(fractions, fractions[1:])):
+    if not fractions or fractions[-1] != 1.0 or any(b <= a for a, b in pairwise(fractions)):
         raise ValueError(f"looks at {fractions}: fractions must increase to 1")
     bounds: list[float] = []
     previous, kept = 0.0, 1.0  # α spent so far; P(no crossing so far)
@@ -75,9 +80,17 @@ def boundaries(fractions: list[float], alpha: float, kind: str = "obrien_fleming
             bounds.append(float(stats.norm.isf(step)))
         else:
             target = kept - step  # P(no crossing up to and including look k)
-            bounds.append(float(optimize.brentq(lambda c: _below(bounds + [c], fractions[:k + 1]) - target,
-                                                -10.0, 40.0, xtol=1e-10)))
-        kept = _below(bounds, fractions[:k + 1]) if k else float(stats.norm.cdf(bounds[0]))
+            bounds.append(
+                float(
+                    optimize.brentq(
+                        lambda c, k=k, target=target: _below(bounds + [c], fractions[: k + 1]) - target,
+                        -10.0,
+                        40.0,
+                        xtol=1e-10,
+                    )
+                )
+            )
+        kept = _below(bounds, fractions[: k + 1]) if k else float(stats.norm.cdf(bounds[0]))
         previous = now
     return bounds
 
@@ -99,16 +112,17 @@ def null_t(stages: list[int], studies: int, seed: int, shift: float = 0.0) -> np
         s1, s2 = np.cumsum(x, axis=1)[:, idx], np.cumsum(x * x, axis=1)[:, idx]
         mean = s1 / n
         sd = np.sqrt(np.maximum(s2 - n * mean * mean, 0.0) / (n - 1))
-        out[start:start + len(x)] = mean * np.sqrt(n) / sd
+        out[start : start + len(x)] = mean * np.sqrt(n) / sd
     return out
 
 
-def t_boundaries(stages: list[int], alpha: float, kind: str = "obrien_fleming", studies: int = 2_000_000,
-                 seed: int = 0) -> list[float]:
+def t_boundaries(
+    stages: list[int], alpha: float, kind: str = "obrien_fleming", studies: int = 2_000_000, seed: int = 0
+) -> list[float]:
     """One-sided critical values c_k on the t scale for looks at ``stages`` partitions spending
     ``alpha`` by ``kind`` (module docstring): c_k leaves α(t_k) − α(t_{k−1}) of ``studies``
     simulated null studies at or above it among those below every earlier c_j."""
-    if stages[0] < 2 or any(b <= a for a, b in zip(stages, stages[1:])):
+    if stages[0] < 2 or any(b <= a for a, b in pairwise(stages)):
         raise ValueError(f"stages {stages} must increase from at least 2 partitions")
     t = null_t(stages, studies, seed)
     alive, bounds, previous = np.ones(studies, dtype=bool), [], 0.0
@@ -127,13 +141,13 @@ def t_boundaries(stages: list[int], alpha: float, kind: str = "obrien_fleming", 
 
 def t_levels(stages: list[int], bounds: list[float]) -> list[float]:
     """The one-sided p-value below which look k rejects: P(T_{n_k − 1} ≥ c_k)."""
-    return [float(stats.t.sf(c, n - 1)) for n, c in zip(stages, bounds)]
+    return [float(stats.t.sf(c, n - 1)) for n, c in zip(stages, bounds, strict=True)]
 
 
 def z_nominal_bounds(stages: list[int], alpha: float, kind: str = "obrien_fleming") -> list[float]:
     """The ``z_nominal`` rule's critical values on the t scale: c_k = F⁻¹_{T, n_k − 1}(Φ(z_k))."""
     levels = nominal_levels([n / stages[-1] for n in stages], alpha, kind)
-    return [float(stats.t.isf(level, n - 1)) for n, level in zip(stages, levels)]
+    return [float(stats.t.isf(level, n - 1)) for n, level in zip(stages, levels, strict=True)]
 
 
 def crossed(t: np.ndarray, bounds: list[float]) -> np.ndarray:
@@ -141,8 +155,9 @@ def crossed(t: np.ndarray, bounds: list[float]) -> np.ndarray:
     return (t >= np.asarray(bounds)).any(axis=1)
 
 
-def type_one_error(stages: list[int], bounds: list[float], studies: int = 1_000_000,
-                   seed: int = 1) -> tuple[float, float]:
+def type_one_error(
+    stages: list[int], bounds: list[float], studies: int = 1_000_000, seed: int = 1
+) -> tuple[float, float]:
     """The per-direction type-I error of the looks' ``bounds`` over ``studies`` null studies
     (independent of the ones :func:`t_boundaries` calibrated on when ``seed`` differs) and its SE."""
     rate = float(crossed(null_t(stages, studies, seed), bounds).mean())
@@ -154,8 +169,9 @@ def power(stages: list[int], bounds: list[float], effect: float, studies: int = 
     return float(crossed(null_t(stages, studies, seed, effect), bounds).mean())
 
 
-def detectable(stages: list[int], bounds: list[float], target: float = 0.8, studies: int = 100_000,
-               seed: int = 2) -> float:
+def detectable(
+    stages: list[int], bounds: list[float], target: float = 0.8, studies: int = 100_000, seed: int = 2
+) -> float:
     """The true mean difference (in SDs) that the looks detect with probability ``target``."""
     return float(optimize.brentq(lambda e: power(stages, bounds, e, studies, seed) - target, 0.0, 50.0, xtol=1e-4))
 
@@ -163,9 +179,11 @@ def detectable(stages: list[int], bounds: list[float], target: float = 0.8, stud
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m ner_lightning.report.sequential",
-                                 description="the per-direction type-I error of a group-sequential design of "
-                                             "paired t-tests, both boundary rules, over independent null studies")
+    ap = argparse.ArgumentParser(
+        prog="python -m ner_lightning.report.sequential",
+        description="the per-direction type-I error of a group-sequential design of "
+        "paired t-tests, both boundary rules, over independent null studies",
+    )
     ap.add_argument("--stages", type=int, nargs="+", required=True, help="partitions judged at each look")
     ap.add_argument("--alpha", type=float, required=True, help="one-sided level per direction (α / 2m)")
     ap.add_argument("--spending", choices=SPENDING, default="obrien_fleming")
@@ -174,17 +192,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--calibration-seed", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1, help="seed of the checking studies (not the calibration's)")
     args = ap.parse_args(argv)
-    designs = {"t_simulated": t_boundaries(args.stages, args.alpha, args.spending, args.calibration_studies,
-                                           args.calibration_seed),
-               "z_nominal": z_nominal_bounds(args.stages, args.alpha, args.spending)}
-    print(f"looks at {args.stages} partitions, {args.spending} spending of α = {args.alpha:.6g} per direction, "
-          f"{args.studies} null studies (seed {args.seed})")
+    designs = {
+        "t_simulated": t_boundaries(
+            args.stages, args.alpha, args.spending, args.calibration_studies, args.calibration_seed
+        ),
+        "z_nominal": z_nominal_bounds(args.stages, args.alpha, args.spending),
+    }
+    print(
+        f"looks at {args.stages} partitions, {args.spending} spending of α = {args.alpha:.6g} per direction, "
+        f"{args.studies} null studies (seed {args.seed})"
+    )
     print("| boundaries | t critical values | type-I error ± SE | within α + 3 SE |")
     print("|---|---|---|---|")
     for name, bounds in designs.items():
         rate, se = type_one_error(args.stages, bounds, args.studies, args.seed)
-        print(f"| {name} | {', '.join(f'{c:.4f}' for c in bounds)} | {rate:.5f} ± {se:.5f} | "
-              f"{'yes' if rate <= args.alpha + 3 * se else 'no'} |")
+        print(
+            f"| {name} | {', '.join(f'{c:.4f}' for c in bounds)} | {rate:.5f} ± {se:.5f} | "
+            f"{'yes' if rate <= args.alpha + 3 * se else 'no'} |"
+        )
 
 
 if __name__ == "__main__":

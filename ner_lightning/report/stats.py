@@ -4,6 +4,7 @@ comparisons (mean difference with its bootstrap CI, paired bootstrap, Wilcoxon s
 and paired t-test p-values) Holm's correction across the comparisons of one table, and the power of a paired t-test
 (the effect it detects, the partitions it needs).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,14 @@ def bootstrap_mean(values, resamples: int = 10_000, seed: int = 0, level: float 
         return Estimate(1, mean, math.nan, math.nan, math.nan)
     if np.all(x == x[0]):
         return Estimate(len(x), mean, 0.0, mean, mean)
-    res = stats.bootstrap((x,), np.mean, n_resamples=resamples, confidence_level=level, method="percentile",
-                          rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=resamples,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     ci = res.confidence_interval
     return Estimate(len(x), mean, float(res.standard_error), float(ci.low), float(ci.high))
 
@@ -72,8 +79,9 @@ def paired_compare(x, y, resamples: int = 10_000, seed: int = 0, level: float = 
     if np.all(d == d[0]):
         p_boot = 1.0 if d[0] == 0 else 0.0
     else:
-        dist = stats.bootstrap((d,), np.mean, n_resamples=resamples, method="percentile",
-                               rng=np.random.default_rng(seed)).bootstrap_distribution
+        dist = stats.bootstrap(
+            (d,), np.mean, n_resamples=resamples, method="percentile", rng=np.random.default_rng(seed)
+        ).bootstrap_distribution
         p_boot = min(1.0, 2 * min(float(np.mean(dist <= 0)), float(np.mean(dist >= 0))))
     p_wil = float(stats.wilcoxon(x, y).pvalue) if np.any(d != 0) else 1.0
     p_t = float(stats.ttest_rel(x, y).pvalue) if np.any(d != d[0]) else (1.0 if d[0] == 0 else 0.0)
@@ -133,6 +141,46 @@ def t_interval(mean: float, sd: float, n: int, side_level: float) -> tuple[float
     return mean - half, mean + half
 
 
+def _tails(d: np.ndarray):
+    """One-sided paired t-test p-values of mean Δ: ``above(b)`` of H0 "mean Δ ≤ b", ``below(b)``
+    of H0 "mean Δ ≥ b"."""
+    n, mean = len(d), float(np.mean(d))
+    se = float(np.std(d, ddof=1) / math.sqrt(n))
+
+    def above(bound: float) -> float:
+        if se == 0:
+            return 0.0 if mean > bound else 1.0
+        return float(stats.t.sf((mean - bound) / se, n - 1))
+
+    def below(bound: float) -> float:
+        if se == 0:
+            return 0.0 if mean < bound else 1.0
+        return float(stats.t.cdf((mean - bound) / se, n - 1))
+
+    return above, below
+
+
+def t_test(d: np.ndarray, relation: str, margin: float, alpha: float) -> tuple[float, float, float]:
+    """The claim's p-value and the two-sided (1 − α) paired t-interval of mean Δ."""
+    above, below = _tails(d)
+    p = {">": lambda: above(0.0), ">>": lambda: above(margin), "≈": lambda: max(above(-margin), below(margin))}[
+        relation
+    ]()
+    return (p, *t_interval(float(np.mean(d)), float(np.std(d, ddof=1)), len(d), alpha / 2))
+
+
+def p_against(d: np.ndarray, relation: str, margin: float) -> float:
+    """The p-value of the claim's reverse, i.e. of H0 "the claim may hold" against Δ on the
+    other side: Δ < 0 (``>``), Δ < margin (``>>``), |Δ| > margin (``≈``: the two directions,
+    Bonferroni)."""
+    above, below = _tails(d)
+    return {
+        ">": lambda: below(0.0),
+        ">>": lambda: below(margin),
+        "≈": lambda: min(1.0, 2 * min(above(margin), below(-margin))),
+    }[relation]()
+
+
 def wilcoxon_directions(deltas, relation: str, margin: float) -> tuple[float, float]:
     """Wilcoxon signed-rank one-sided p of a claim on paired differences and of its reverse, on
     the differences less the claim's bound (``>``: 0, ``>>``: the margin; ``≈``: the larger of the
@@ -142,8 +190,11 @@ def wilcoxon_directions(deltas, relation: str, margin: float) -> tuple[float, fl
     def one(shift: float, side: str) -> float:
         x = d - shift
         return 1.0 if not np.any(x) else float(stats.wilcoxon(x, alternative=side).pvalue)
+
     if relation == "≈":
-        return (max(one(-margin, "greater"), one(margin, "less")),
-                min(1.0, 2 * min(one(margin, "greater"), one(-margin, "less"))))
+        return (
+            max(one(-margin, "greater"), one(margin, "less")),
+            min(1.0, 2 * min(one(margin, "greater"), one(-margin, "less"))),
+        )
     bound = margin if relation == ">>" else 0.0
     return one(bound, "greater"), one(bound, "less")

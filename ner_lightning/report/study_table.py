@@ -1,6 +1,7 @@
 """A study's record as Markdown (``ner-lightning study FILE``, ``--show``): the verdicts, the look
 each was decided at and the plan; on replay, the study-wide error, the rule's check, the as-run
 verdicts when they were judged on other metrics than the registered ones, and the deviation note."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,14 +9,20 @@ from pathlib import Path
 
 def _plan_line(record: dict) -> str:
     plan = record["plan"]
-    rule = ("t-exact boundaries (simulated null studies)" if plan.get("boundaries") == "t_simulated" else
-            "z-nominal boundaries")
+    rule = (
+        "t-exact boundaries (simulated null studies)"
+        if plan.get("boundaries") == "t_simulated"
+        else "z-nominal boundaries"
+    )
     split = plan.get("alpha_split")
     alpha = f"α = {plan['alpha']}" if not split else "α per family " + ", ".join(f"{k} {v:g}" for k, v in split.items())
     return f"study of {record['claims_file']}: " + (
         f"sequential, looks at {plan['stages']} partitions, {plan['spending']} spending of {alpha} "
-        f"(Bonferroni over each family's 2m directions), {rule}" if plan["sequential"] else
-        f"fixed design, {plan['partitions']} partitions, α = {plan['alpha']} (Holm over each family's 2m directions)")
+        f"(Bonferroni over each family's 2m directions), {rule}"
+        if plan["sequential"]
+        else f"fixed design, {plan['partitions']} partitions, α = {plan['alpha']} "
+        "(Holm over each family's 2m directions)"
+    )
 
 
 def _sd(s: dict) -> str:
@@ -36,23 +43,45 @@ def table(record: dict) -> str:
     plan = record["plan"]
     rows = list(record["verdicts"].items())
     last = record["looks"][-1] if record["looks"] else {"claims": {}}
-    rows += [(cid, {"verdict": f"open: next look at {plan['stages'][last['look']]} partitions", "look": last["look"],
-                    "partitions": last["partitions"]}) for cid in last["claims"] if cid not in record["verdicts"]]
+    rows += [
+        (
+            cid,
+            {
+                "verdict": f"open: next look at {plan['stages'][last['look']]} partitions",
+                "look": last["look"],
+                "partitions": last["partitions"],
+            },
+        )
+        for cid in last["claims"]
+        if cid not in record["verdicts"]
+    ]
     stats = [record["looks"][v["look"] - 1]["claims"][cid] for cid, v in rows]
     robust = any("robust" in s for s in stats)
-    lines = [_plan_line(record), *([record["registration"]] if record.get("registration") else []),
-             "", "| claim | verdict | look (partitions) | n (× seeds) | mean Δ | p | p reverse | level | α spent | "
-             "interval at the level | SD (planned) |" + (" Wilcoxon p / reverse |" if robust else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if robust else "")]
-    for (cid, v), s in zip(rows, stats):
+    lines = [
+        _plan_line(record),
+        *([record["registration"]] if record.get("registration") else []),
+        "",
+        "| claim | verdict | look (partitions) | n (× seeds) | mean Δ | p | p reverse | level | α spent | "
+        "interval at the level | SD (planned) |" + (" Wilcoxon p / reverse |" if robust else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if robust else ""),
+    ]
+    for (cid, v), s in zip(rows, stats, strict=True):
         seeds = s["seeds"][1]
         interval = s.get("interval_at_level")
-        lines.append(f"| {cid} | {v['verdict']} | {v['look']} ({v['partitions']}) | {s['n']}"
-                     + (f" × {seeds}" if seeds > 1 else "") + f" | {s['mean']:+.4f} | {s['p']:.4g} | "
-                     f"{s['p_reverse']:.4g} | " + (f"{s['level']:.4g} | {s['alpha_spent']:.4g} |" if "level" in s
-                                                   else f"Holm {s['p_holm']:.4g} | {plan['alpha']} |")
-                     + (f" [{interval[0]:+.4f}, {interval[1]:+.4f}] |" if interval else " — |") + f" {_sd(s)} |"
-                     + (f" {_robust(s)} |" if robust else ""))
+        lines.append(
+            f"| {cid} | {v['verdict']} | {v['look']} ({v['partitions']}) | {s['n']}"
+            + (f" × {seeds}" if seeds > 1 else "")
+            + f" | {s['mean']:+.4f} | {s['p']:.4g} | "
+            f"{s['p_reverse']:.4g} | "
+            + (
+                f"{s['level']:.4g} | {s['alpha_spent']:.4g} |"
+                if "level" in s
+                else f"Holm {s['p_holm']:.4g} | {plan['alpha']} |"
+            )
+            + (f" [{interval[0]:+.4f}, {interval[1]:+.4f}] |" if interval else " — |")
+            + f" {_sd(s)} |"
+            + (f" {_robust(s)} |" if robust else "")
+        )
     return "\n".join(lines)
 
 
@@ -66,14 +95,18 @@ def show(record: dict) -> str:
         if len(error["families"]) == 1:
             out.append(f"\nFamily-wise error of the design: {each} (one family).")
         else:
-            out.append(f"\nStudy-wide family-wise error of the design: each family {each}; across the "
-                       f"{len(error['families'])} families at most {error['bound']:.4f} (Bonferroni), "
-                       f"{error['independent']:.4f} if they are independent.")
+            out.append(
+                f"\nStudy-wide family-wise error of the design: each family {each}; across the "
+                f"{len(error['families'])} families at most {error['bound']:.4f} (Bonferroni), "
+                f"{error['independent']:.4f} if they are independent."
+            )
     if record.get("rule"):
         out.append(f"Rule: {record['rule']}.")
     if record.get("as_run"):
-        out.append("\nAs run (each claim's metric as written, strict F1; superseded by the table above):\n\n"
-                   + table({**record["as_run"], "registration": None}))
+        out.append(
+            "\nAs run (each claim's metric as written, strict F1; superseded by the table above):\n\n"
+            + table({**record["as_run"], "registration": None})
+        )
     if record.get("deviations"):
         out.append(f"\nDeviation: {record['deviations'].strip()}")
     return "\n".join(out)

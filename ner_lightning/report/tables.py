@@ -1,5 +1,6 @@
 """Tables of a sweep: a summary per group, paired comparisons against a baseline, and
 paper-style method × column tables (Markdown, LaTeX booktabs or CSV)."""
+
 from __future__ import annotations
 
 import csv
@@ -9,7 +10,14 @@ import statistics
 
 from ner_lightning.report.checks import unpaired_rows
 from ner_lightning.report.runs import (
-    baseline_value, group, labels, lookup, pair_id, parse_baseline, partition_label, sort_key,
+    baseline_value,
+    group,
+    labels,
+    lookup,
+    pair_id,
+    parse_baseline,
+    partition_label,
+    sort_key,
 )
 from ner_lightning.report.stats import Comparison, bootstrap_mean, holm, paired_compare
 
@@ -57,8 +65,10 @@ def paired_by_partition(method: list[dict], base: list[dict], metric: str) -> di
     for k in sorted(set(mine) & set(theirs)):
         a, b = mine[k], theirs[k]
         if a["partition"]["sha256"] != b["partition"]["sha256"]:
-            raise SystemExit(f"refusing to pair {a.get('_dir', '?')} with {b.get('_dir', '?')}: partition {k[0]} "
-                             "holds different sentences (sha256 differs) — compare rows with the same size/regime")
+            raise SystemExit(
+                f"refusing to pair {a.get('_dir', '?')} with {b.get('_dir', '?')}: partition {k[0]} "
+                "holds different sentences (sha256 differs) — compare rows with the same size/regime"
+            )
         va, vb = lookup(a, metric), lookup(b, metric)
         if va is not None and vb is not None:
             pairs[k] = (va, vb)
@@ -74,8 +84,16 @@ def paired_values(method: list[dict], base: list[dict], metric: str) -> tuple[li
 TESTS = ("wilcoxon", "bootstrap", "ttest")
 
 
-def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: str, resamples: int,
-                seed: int, test: str = "wilcoxon", pool: list[str] = ()) -> list[tuple[tuple, str, Comparison]]:
+def comparisons(
+    runs: list[dict],
+    by: list[str],
+    metrics: list[str],
+    baseline: str,
+    resamples: int,
+    seed: int,
+    test: str = "wilcoxon",
+    pool: list[str] = (),
+) -> list[tuple[tuple, str, Comparison]]:
     """Every row against the baseline row with the same other ``by`` values, per metric; the
     p-values of ``test`` get Holm's correction across all comparisons of a metric. Rows whose
     runs differ in more than the ``by`` keys (say, typed vs untyped labels) are refused."""
@@ -85,14 +103,17 @@ def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: s
     at, value = parse_baseline(baseline, by)
     rows = group(runs, by)
     value = baseline_value(value, {k[at] for k in rows})
-    pairs = [(key, key[:at] + (value,) + key[at + 1:]) for key in rows]
+    pairs = [(key, key[:at] + (value,) + key[at + 1 :]) for key in rows]
     pairs = [(key, ref) for key, ref in pairs if key[at] != value and ref in rows]
     problems = unpaired_rows(rows, pairs, by, pool)
     if problems:
-        raise SystemExit(f"refusing paired differences against {baseline}: rows differ in more than {','.join(by)}, "
-                         "so a difference would measure those settings too:\n" + "\n".join(problems) +
-                         "\nrerun them on the same settings (a grid sweep puts objectives that need different labels "
-                         "on data.label_scheme=untyped), or compare rows with the same settings")
+        raise SystemExit(
+            f"refusing paired differences against {baseline}: rows differ in more than {','.join(by)}, "
+            "so a difference would measure those settings too:\n"
+            + "\n".join(problems)
+            + "\nrerun them on the same settings (a grid sweep puts objectives that need different labels "
+            "on data.label_scheme=untyped), or compare rows with the same settings"
+        )
     found = []
     for key, ref in pairs:
         rs = rows[key]
@@ -100,32 +121,58 @@ def comparisons(runs: list[dict], by: list[str], metrics: list[str], baseline: s
             found.append((key, m, paired_compare(*paired_values(rs, rows[ref], m), resamples=resamples, seed=seed)))
     for m in metrics:
         mine = [c for _, metric, c in found if metric == m]
-        for c, p in zip(mine, holm([c.p(test) for c in mine])):
+        for c, p in zip(mine, holm([c.p(test) for c in mine]), strict=True):
             c.p_holm = p
     return found
 
 
 def comparison_table(found, by: list[str], baseline: str, alpha: float, test: str = "wilcoxon") -> str:
-    head = by + ["metric", f"mean diff vs {baseline} [95% CI]", "pairs", "p bootstrap", "p Wilcoxon", "p t-test",
-                 f"p {test}, Holm", f"significant (α={alpha})"]
+    head = by + [
+        "metric",
+        f"mean diff vs {baseline} [95% CI]",
+        "pairs",
+        "p bootstrap",
+        "p Wilcoxon",
+        "p t-test",
+        f"p {test}, Holm",
+        f"significant (α={alpha})",
+    ]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, m, c in found:
         d = c.diff
         sig = "–" if math.isnan(c.p_holm) else ("yes" if c.p_holm < alpha else "no")
         diff = "–" if d.n == 0 else f"{d.mean:+.4f} [{_num(d.low)}, {_num(d.high)}]"
-        out.append("| " + " | ".join(list(key) + [m, diff, str(c.n), _num(c.p_bootstrap), _num(c.p_wilcoxon),
-                                                   _num(c.p_ttest), _num(c.p_holm), sig]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                list(key)
+                + [m, diff, str(c.n), _num(c.p_bootstrap), _num(c.p_wilcoxon), _num(c.p_ttest), _num(c.p_holm), sig]
+            )
+            + " |"
+        )
     few = min((c.n for _, _, c in found if 2 <= c.n < 6), default=None)
     if few is not None:
-        out.append(f"\nRows with fewer than 6 pairs (fewest: {few}): the exact Wilcoxon p cannot fall below "
-                   f"2/2^n = {2 / 2 ** few:.4f}, and the paired bootstrap p is 0 whenever every difference has "
-                   "one sign; read the t-test, or run more partitions.")
+        out.append(
+            f"\nRows with fewer than 6 pairs (fewest: {few}): the exact Wilcoxon p cannot fall below "
+            f"2/2^n = {2 / 2**few:.4f}, and the paired bootstrap p is 0 whenever every difference has "
+            "one sign; read the t-test, or run more partitions."
+        )
     return "\n".join(out)
 
 
-def paper_table(runs: list[dict], method_key: str, column_key: str, metric: str, baseline: str | None,
-                alpha: float, resamples: int, seed: int, fmt: str = "md", test: str = "wilcoxon",
-                pool: list[str] = ()) -> str:
+def paper_table(
+    runs: list[dict],
+    method_key: str,
+    column_key: str,
+    metric: str,
+    baseline: str | None,
+    alpha: float,
+    resamples: int,
+    seed: int,
+    fmt: str = "md",
+    test: str = "wilcoxon",
+    pool: list[str] = (),
+) -> str:
     """Methods × columns (sizes, shares, corpora …): mean with its bootstrap SE as in the
     papers, best in bold and second underlined per column, † = differs from the baseline
     method (its value of ``method_key``; ``test``, Holm-corrected within the table, α)."""
@@ -135,8 +182,9 @@ def paper_table(runs: list[dict], method_key: str, column_key: str, metric: str,
     est = {k: bootstrap_mean(values(rs, metric), resamples, seed) for k, rs in cells.items()}
     marks: dict[tuple, bool] = {}
     if baseline:
-        found = comparisons(runs, [method_key, column_key], [metric], f"{method_key}={baseline}", resamples, seed, test,
-                            pool)
+        found = comparisons(
+            runs, [method_key, column_key], [metric], f"{method_key}={baseline}", resamples, seed, test, pool
+        )
         marks = {key: c.p_holm < alpha for key, _, c in found if not math.isnan(c.p_holm)}
     rank = {}
     for col in columns:
@@ -164,12 +212,18 @@ def paper_table(runs: list[dict], method_key: str, column_key: str, metric: str,
         return text + (" †" if marks.get((m, col)) else "")
 
     if latex:
-        lines = ["\\begin{tabular}{l" + "r" * len(columns) + "}", "\\toprule",
-                 " & ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " \\\\", "\\midrule"]
+        lines = [
+            "\\begin{tabular}{l" + "r" * len(columns) + "}",
+            "\\toprule",
+            " & ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " \\\\",
+            "\\midrule",
+        ]
         lines += [" & ".join([m.replace("_", "\\_")] + [cell(m, c) for c in columns]) + " \\\\" for m in methods]
         return "\n".join(lines + ["\\bottomrule", "\\end{tabular}"])
-    lines = ["| " + " | ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " |",
-             "|" + "---|" * (len(columns) + 1)]
+    lines = [
+        "| " + " | ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " |",
+        "|" + "---|" * (len(columns) + 1),
+    ]
     lines += ["| " + " | ".join([m] + [cell(m, c) for c in columns]) + " |" for m in methods]
     return "\n".join(lines)
 
@@ -197,7 +251,10 @@ def corpus_average_table(runs: list[dict], by: list[str], metric: str, over: str
             macro_v.append(statistics.fmean(lookup(r, metric) for r in per.values()))
             if micro:
                 base = metric[: -len(".f1")]
-                c, p, g = (sum(lookup(r, f"{base}.{n}") or 0 for r in per.values()) for n in ("correct", "predicted", "support"))
+                c, p, g = (
+                    sum(lookup(r, f"{base}.{n}") or 0 for r in per.values())
+                    for n in ("correct", "predicted", "support")
+                )
                 micro_v.append(2 * c / (p + g) if p + g else 0.0)
         cells = []
         for vals in (macro_v, micro_v if micro else []):

@@ -1,6 +1,7 @@
 """W&B side of a report: one summary run in the sweep's W&B group holding the aggregated table
 (``wandb.Table``) and the figures (``wandb.Image``); and reading an offline run back (W&B's own
 ``wandb leet inspect --json``) to check what a dashboard will show."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,16 @@ from ner_lightning.report.stats import bootstrap_mean
 from ner_lightning.report.tables import values
 
 
-def publish(runs: list[dict], by: list[str], metrics: list[str], figures: list[Path], out_dir: Path,
-            mode: str, resamples: int, seed: int) -> Path:
+def publish(
+    runs: list[dict],
+    by: list[str],
+    metrics: list[str],
+    figures: list[Path],
+    out_dir: Path,
+    mode: str,
+    resamples: int,
+    seed: int,
+) -> Path:
     """Log the summary run (offline by default: ``wandb sync`` uploads it later); returns its folder."""
     import wandb
 
@@ -29,11 +38,23 @@ def publish(runs: list[dict], by: list[str], metrics: list[str], figures: list[P
             e = bootstrap_mean(values(rs, m), resamples, seed)
             row += [e.mean, e.se, e.low, e.high]
         table.add_data(*row, len(rs))
-    run = wandb.init(project=wb.get("project", "ner_lightning"), group=config.get("group"), job_type="report",
-                     name="summary", dir=str(out_dir), mode=mode, reinit="finish_previous",
-                     config={"report_by": ",".join(by), "report_metrics": ",".join(metrics), "runs": len(runs)})
-    run.log({"summary_table": table, "cells_table": cells_table(runs, by, metrics),
-             **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures if p.suffix == ".png"}})
+    run = wandb.init(
+        project=wb.get("project", "ner_lightning"),
+        group=config.get("group"),
+        job_type="report",
+        name="summary",
+        dir=str(out_dir),
+        mode=mode,
+        reinit="finish_previous",
+        config={"report_by": ",".join(by), "report_metrics": ",".join(metrics), "runs": len(runs)},
+    )
+    run.log(
+        {
+            "summary_table": table,
+            "cells_table": cells_table(runs, by, metrics),
+            **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures if p.suffix == ".png"},
+        }
+    )
     folder = Path(run.dir).parent
     run.finish()
     return folder
@@ -52,10 +73,18 @@ def cells_table(runs: list[dict], by: list[str], metrics: list[str]):
     columns = [labels(runs, k) for k in by]
     for i, r in enumerate(runs):
         wb = (r["config"].get("logger") or {}).get("wandb") or {}
-        tables = [f"predictions/{split}" for split in (r.get("predictions") or {})] \
-            if wb.get("prediction_table_rows") else []
-        table.add_data(*(c[i] for c in columns), r["partition"]["partition"], *(lookup(r, m) for m in metrics),
-                       wb.get("id"), ", ".join(tables))
+        tables = (
+            [f"predictions/{split}" for split in (r.get("predictions") or {})]
+            if wb.get("prediction_table_rows")
+            else []
+        )
+        table.add_data(
+            *(c[i] for c in columns),
+            r["partition"]["partition"],
+            *(lookup(r, m) for m in metrics),
+            wb.get("id"),
+            ", ".join(tables),
+        )
     return table
 
 

@@ -18,6 +18,7 @@ which the report reads as the folder; ``python -m ner_lightning.run_store unpack
 device it pinned into ``trainer.accelerator`` (their identity then differed from the manifest's
 and a rerun would have trained them again): see ``identity.accelerator_restored``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,15 +40,21 @@ STATES = ("done", "failed", "interrupted", "running", "missing")
 def sweep_status(sweep_dir: Path) -> dict:
     manifest = cells.read_manifest(sweep_dir)
     if manifest is None:
-        raise SystemExit(f"{sweep_dir}: no {cells.MANIFEST} — not a sweep folder, or a sweep made by a sweeper "
-                         "that writes none (hydra/sweeper=optuna; optuna_resumable writes one); its runs are still "
-                         "readable by python -m ner_lightning.report")
+        raise SystemExit(
+            f"{sweep_dir}: no {cells.MANIFEST} — not a sweep folder, or a sweep made by a sweeper "
+            "that writes none (hydra/sweeper=optuna; optuna_resumable writes one); its runs are still "
+            "readable by python -m ner_lightning.report"
+        )
     rows = []
     for c in manifest["cells"]:
         st = cells.status_of(sweep_dir / c["dir"]) if "dir" in c else {"state": "missing", "record": None}
         if st["state"] == "missing" and c.get("last_error"):  # it failed before it could write anything
             st = {"state": "failed", "failure": {"error": c["last_error"]}, "record": None}
-        if st["state"] == "done" and c.get("config_sha256") and st["results"].get("config_sha256") != c["config_sha256"]:
+        if (
+            st["state"] == "done"
+            and c.get("config_sha256")
+            and st["results"].get("config_sha256") != c["config_sha256"]
+        ):
             st = {"state": "missing", "record": st["record"], "note": "results.json of another config"}
         elif st["state"] == "done" and (changed := user_code_changed(st["results"])):
             st["note"] = f"your module {', '.join(changed)} changed since it ran: a rerun trains it again"
@@ -63,7 +70,9 @@ def _eta(rows: list[dict]) -> str:
         return ""
     mean = statistics.fmean(times)
     eta = left * mean / max(running, 1)
-    return f" | mean cell {mean / 60:.1f} min, ETA ~{dt.timedelta(seconds=round(eta))} at {max(running, 1)} cells at once"
+    return (
+        f" | mean cell {mean / 60:.1f} min, ETA ~{dt.timedelta(seconds=round(eta))} at {max(running, 1)} cells at once"
+    )
 
 
 def where(row: dict) -> str | None:
@@ -93,8 +102,12 @@ def export(sweep_dir: Path, dest: Path) -> tuple[int, int]:
     status = sweep_status(sweep_dir)
     done = [r for r in status["rows"] if r["state"] == "done"]
     files = [name for name in (cells.MANIFEST, "multirun.yaml") if (sweep_dir / name).is_file()]
-    files += [f"{r['dir']}/{name}" for r in done for name in (cells.RESULTS, cells.TUNE)
-              if (sweep_dir / r["dir"] / name).is_file()]
+    files += [
+        f"{r['dir']}/{name}"
+        for r in done
+        for name in (cells.RESULTS, cells.TUNE)
+        if (sweep_dir / r["dir"] / name).is_file()
+    ]
     if dest.name.endswith(run_store.SUFFIX):
         run_store.write_store([(rel, (sweep_dir / rel).read_text(encoding="utf-8")) for rel in files], dest)
         return len(done), len(status["rows"])
@@ -131,8 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="done / failed / running / missing cells of a sweep")
     st.add_argument("sweep_dir", type=Path)
     st.add_argument("--cells", action="store_true", help="one line per cell")
-    ex = sub.add_parser("export", help="copy the manifest and finished cells' results.json (no checkpoints) to a folder, "
-                        "or a run store (DEST ending in .jsonl.xz)")
+    ex = sub.add_parser(
+        "export",
+        help="copy the manifest and finished cells' results.json (no checkpoints) to a folder, "
+        "or a run store (DEST ending in .jsonl.xz)",
+    )
     ex.add_argument("sweep_dir", type=Path)
     ex.add_argument("dest", type=Path)
     re = sub.add_parser("reidentify", help="repair results recorded with the device the parallel launcher pinned")
@@ -141,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "reidentify":
         repaired, other = reidentify(args.sweep_dir)
-        print(f"{args.sweep_dir}: {repaired} results repaired (trainer.accelerator as composed); "
-              f"{other} results of another identity left as they are (a rerun trains those cells again)")
+        print(
+            f"{args.sweep_dir}: {repaired} results repaired (trainer.accelerator as composed); "
+            f"{other} results of another identity left as they are (a rerun trains those cells again)"
+        )
         return 0
 
     if args.command == "export":
@@ -156,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             extra = ""
             if r["state"] == "done":
-                extra = f"dev {r['results'].get('monitor')}={r['results'].get('dev_monitor')}, {r['results'].get('wall_time_s')} s"
+                done = r["results"]
+                extra = f"dev {done.get('monitor')}={done.get('dev_monitor')}, {done.get('wall_time_s')} s"
             elif r["state"] in ("failed", "interrupted") and r.get("failure"):
                 extra = r["failure"].get("error", "")[:120]
             elif r.get("record"):
@@ -165,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             place = where(r) if r["state"] in ("running", "done") else None
             print(f"{r.get('dir', '?'):<60} {r['state']:<12} {extra}" + (f" [{place}]" if place else ""))
     last = status["manifest"]["invocations"][-1] if status["manifest"].get("invocations") else {}
-    print(f"{args.sweep_dir}: {len(rows)} cells — " + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES)
-          + (f" | last started {last.get('started')}" if last else "") + _eta(rows))
+    print(
+        f"{args.sweep_dir}: {len(rows)} cells — "
+        + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES)
+        + (f" | last started {last.get('started')}" if last else "")
+        + _eta(rows)
+    )
     spent = time_spent([r["results"] for r in rows if r["state"] == "done"])
     if spent:
         print(f"  {spent}")

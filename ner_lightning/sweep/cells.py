@@ -1,6 +1,7 @@
 """One grid cell's bookkeeping: its position in the sweep's manifest, the lock on its folder,
 its ``cell.json`` record (attempts), stale-file clean-up and its resume checkpoint. Its identity
 is ``ner_lightning.sweep.identity``."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,12 +10,14 @@ import fcntl
 import json
 import os
 import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 from omegaconf import DictConfig
 
 from ner_lightning.results import write_json_atomic
+from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
 MANIFEST = "manifest.json"
 CELL = "cell.json"
@@ -43,8 +46,10 @@ def exclusive(folder: Path, what: str) -> Iterator[None]:
     except BlockingIOError:
         holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
         os.close(fd)
-        raise FolderInUse(f"{folder} is in use by {holder}: a {what} runs there now. Wait for it to end "
-                          "(python -m ner_lightning.sweep status shows progress) or use another folder") from None
+        raise FolderInUse(
+            f"{folder} is in use by {holder}: a {what} runs there now. Wait for it to end "
+            "(python -m ner_lightning.sweep status shows progress) or use another folder"
+        ) from None
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {now()}".encode())
@@ -82,8 +87,10 @@ def read_manifest(sweep_dir: str | Path) -> dict | None:
     if cached is None or cached[0] != mtime:
         data = read_json(path)
         if data is None or not isinstance(data.get("cells"), list):
-            raise ValueError(f"{path} is corrupt (not a sweep manifest): restore it (e.g. from a sweep export) "
-                             "or delete it, and the next launch numbers the grid anew")
+            raise ValueError(
+                f"{path} is corrupt (not a sweep manifest): restore it (e.g. from a sweep export) "
+                "or delete it, and the next launch numbers the grid anew"
+            )
         data["_by_overrides"] = {tuple(c["overrides"]): c for c in data["cells"]}
         _manifest_cache[str(path)] = (mtime, data)
     return _manifest_cache[str(path)][1]
@@ -136,7 +143,10 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     for name in (RESULTS, TUNE, FAILURE):
         (out_dir / name).unlink(missing_ok=True)
     ckpt_dir = out_dir / CHECKPOINT_DIR
-    for tmp in [*out_dir.glob(".*.tmp"), *ckpt_dir.glob(".*.tmp")]:  # half-written JSON / checkpoint of a SIGKILLed attempt
+    for tmp in [
+        *out_dir.glob(".*.tmp"),
+        *ckpt_dir.glob(".*.tmp"),
+    ]:  # half-written JSON / checkpoint of a SIGKILLed attempt
         tmp.unlink(missing_ok=True)
     last = ckpt_dir / LAST_CHECKPOINT
     if not same and ckpt_dir.exists():
@@ -154,15 +164,33 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     except ValueError:
         pass
     prefix = f"cell {where[0] + 1}/{where[1]}" if where else "run"
-    history.append({"attempt": len(history) + 1, "started": now(), "host": socket.gethostname(), "pid": os.getpid(),
-                    "resumed_from": str(resume) if resume else None, "wall_time_s": None})
-    write_json_atomic(out_dir / CELL, {
-        "cell": where[0] if where else None, "cells": where[1] if where else None,
-        "overrides": overrides, "config_sha256": sha, "attempts": len(history),
-        "started": history[-1]["started"], "host": history[-1]["host"], "pid": os.getpid(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "resumed_from": str(resume) if resume else None,
-        "device": device, "history": history,
-    })
+    history.append(
+        {
+            "attempt": len(history) + 1,
+            "started": now(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "resumed_from": str(resume) if resume else None,
+            "wall_time_s": None,
+        }
+    )
+    write_json_atomic(
+        out_dir / CELL,
+        {
+            "cell": where[0] if where else None,
+            "cells": where[1] if where else None,
+            "overrides": overrides,
+            "config_sha256": sha,
+            "attempts": len(history),
+            "started": history[-1]["started"],
+            "host": history[-1]["host"],
+            "pid": os.getpid(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "resumed_from": str(resume) if resume else None,
+            "device": device,
+            "history": history,
+        },
+    )
     return prefix, resume
 
 
@@ -218,8 +246,11 @@ def status_of(cell_dir: Path) -> dict:
     if res is not None:
         return {"state": "done", "results": res, "record": record}
     if unreadable(cell_dir / RESULTS):
-        return {"state": "failed", "failure": {"error": f"{cell_dir / RESULTS} is corrupt: rerun the sweep"},
-                "record": record}
+        return {
+            "state": "failed",
+            "failure": {"error": f"{cell_dir / RESULTS} is corrupt: rerun the sweep"},
+            "record": record,
+        }
     if fail is not None:
         return {"state": fail.get("status", "failed"), "failure": fail, "record": record}
     if record is not None:
@@ -240,3 +271,16 @@ def _pid_alive(pid) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def run_exclusively(sweep_dir: Path, sweep: Callable[[], Any]) -> Any:
+    """One launch per sweep folder (a second is refused while the first runs); Ctrl-C / SIGTERM
+    stop the sweep with exit code 130 / 143."""
+    try:
+        with interrupts_raised(), exclusive(sweep_dir, "sweep"):
+            return sweep()
+    except BaseException as err:
+        code = exit_code(err)
+        if code is None or isinstance(err, SystemExit) and err.code == code:
+            raise
+        raise SystemExit(code) from None

@@ -17,6 +17,7 @@ the config Hydra's own composition gives (``tests/test_composing.py`` compares t
 
 The caches stay in this process; a worker process builds its own.
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,8 +77,12 @@ class ComposedOnce(ConfigLoader):
     def _shape(self, master_config: DictConfig, parsed: list[Override], choices: DictConfig) -> tuple:
         """What a cell shares with its template: the master config, each override's key, and the
         group choices' values."""
-        return (id(master_config), tuple((o.key_or_group, o.get_value_element_as_str() if o.key_or_group in choices
-                                          else None) for o in parsed))
+        return (
+            id(master_config),
+            tuple(
+                (o.key_or_group, o.get_value_element_as_str() if o.key_or_group in choices else None) for o in parsed
+            ),
+        )
 
     def _keep_template(self, master_config: DictConfig, overrides: list[str], composed: DictConfig) -> None:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -104,8 +109,7 @@ class ComposedOnce(ConfigLoader):
             naming = job.config.override_dirname
             with open_dict(cfg.hydra):
                 cfg.hydra.overrides.task = [o.input_line for o in task]
-                job.override_dirname = override_dirname(task, list(naming.exclude_keys), naming.item_sep,
-                                                        naming.kv_sep)
+                job.override_dirname = override_dirname(task, list(naming.exclude_keys), naming.item_sep, naming.kv_sep)
             OmegaConf.copy_cache(from_config=master_config, to_config=cfg)
             return cfg
         return None

@@ -11,6 +11,7 @@ runs more jobs than another. Slot k runs on GPU k mod G: with ``cells_per_gpu`` 
 CUDA context; each job gets ``cores // n_jobs`` torch threads (host work of 8 cells on a 16-core
 GPU machine at 16 threads each would contend for every core).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -44,17 +45,24 @@ def claim_slot(lock_dir: str | Path, n_slots: int) -> int:
         _claimed[key] = (k, fh)
         return k
     holders = [(Path(lock_dir) / f"slot{k}.lock").read_text().strip() for k in range(n_slots)]
-    raise RuntimeError(f"all {n_slots} device slots in {lock_dir} are held by live processes (pids "
-                       f"{', '.join(holders)}): more workers than hydra.launcher.n_jobs={n_slots}, or workers "
-                       "left over from an interrupted sweep of this folder (kill them, then rerun)")
+    raise RuntimeError(
+        f"all {n_slots} device slots in {lock_dir} are held by live processes (pids "
+        f"{', '.join(holders)}): more workers than hydra.launcher.n_jobs={n_slots}, or workers "
+        "left over from an interrupted sweep of this folder (kill them, then rerun)"
+    )
 
 
 def device_for_slot(slot: int, n_gpus: int, n_jobs: int, cores: int, cells_per_gpu: int = 1) -> dict:
     """The device a slot's jobs run on: GPU ``slot mod n_gpus``, or the CPU with its thread share."""
     if n_gpus > 0:
         if n_jobs > n_gpus * cells_per_gpu:
-            log.warning("hydra.launcher.n_jobs=%d > %d GPUs x cells_per_gpu=%d: %d jobs share a GPU", n_jobs, n_gpus,
-                        cells_per_gpu, -(-n_jobs // n_gpus))
+            log.warning(
+                "hydra.launcher.n_jobs=%d > %d GPUs x cells_per_gpu=%d: %d jobs share a GPU",
+                n_jobs,
+                n_gpus,
+                cells_per_gpu,
+                -(-n_jobs // n_gpus),
+            )
         return {"accelerator": "gpu", "index": slot % n_gpus, "slot": slot, "threads": max(1, cores // n_jobs)}
     return {"accelerator": "cpu", "index": None, "slot": slot, "threads": max(1, cores // max(1, n_jobs))}
 
@@ -69,8 +77,8 @@ def gpu_count() -> int:
 def default_cells_per_gpu() -> int:
     """``${cells_per_gpu:}``: cells sharing one GPU, by its memory — 8 from 64 GiB (an "80 GB" card
     has ~79), 4 from 40 GiB, 2 from 16 GiB, else 1 (a MiniLM cell holds ~2 GiB; the smallest GPU
-    of the machine decides) — and at most one cell per two CPU cores; 1 without a GPU. On an H200 with 16 cores, 16 default
-    cells took 68 s at 8 per GPU against 87 s at 4 (docs/benchmarks.md "On a GPU")."""
+    of the machine decides) — and at most one cell per two CPU cores; 1 without a GPU. On an H200
+    with 16 cores, 16 default cells took 68 s at 8 per GPU against 87 s at 4 (docs/benchmarks.md "On a GPU")."""
     import torch
 
     n = gpu_count()
@@ -126,6 +134,11 @@ def describe(cfg) -> dict:
     sets ``CUDA_VISIBLE_DEVICES`` to the task's GPU)."""
     import torch
 
-    return {"accelerator": str(cfg.trainer.accelerator), "devices": str(cfg.trainer.devices),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "threads": torch.get_num_threads(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+    return {
+        "accelerator": str(cfg.trainer.accelerator),
+        "devices": str(cfg.trainer.devices),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "threads": torch.get_num_threads(),
+        "pid": os.getpid(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }

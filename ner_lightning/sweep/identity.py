@@ -15,6 +15,7 @@ Two cells with the same identity train the same model on the same data; a change
 trains its cells again and says which module changed. The package's own code version is recorded
 in results.json (:func:`code_version`), not hashed: a fix must not rerun a finished grid.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,8 +31,17 @@ from omegaconf import DictConfig, OmegaConf
 
 # Top-level keys and key names (anywhere) that say where a cell runs, not what it computes.
 WHERE_TOP = ("paths", "group", "run_name", "tags", "logger", "runtime", "hydra")
-WHERE_NAMES = ("dirpath", "default_root_dir", "save_dir", "enable_progress_bar", "enable_model_summary",
-               "num_workers", "devices", "aux_sort_from", "eval_batch_tokens")
+WHERE_NAMES = (
+    "dirpath",
+    "default_root_dir",
+    "save_dir",
+    "enable_progress_bar",
+    "enable_model_summary",
+    "num_workers",
+    "devices",
+    "aux_sort_from",
+    "eval_batch_tokens",
+)
 _file_sha: dict[tuple[str, int, int], str] = {}
 
 
@@ -82,18 +92,24 @@ def module_file(target: str) -> tuple[str, Path] | None:
     ``sys.path`` as ``import`` would find it, without importing (running) anything."""
     parts, found, search = target.split("."), None, None
     for k in range(len(parts)):
-        spec = PathFinder.find_spec(".".join(parts[:k + 1]), search)
+        spec = PathFinder.find_spec(".".join(parts[: k + 1]), search)
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             break
-        found, search = (".".join(parts[:k + 1]), Path(spec.origin)), spec.submodule_search_locations
+        found, search = (".".join(parts[: k + 1]), Path(spec.origin)), spec.submodule_search_locations
         if search is None:
             break
     return found
 
 
-_INSTALLED = tuple(Path(p).resolve() for p in [
-    *(sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")),
-    *site.getsitepackages(), site.getusersitepackages()] if p)
+_INSTALLED = tuple(
+    Path(p).resolve()
+    for p in [
+        *(sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")),
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+    ]
+    if p
+)
 
 
 def user_modules(resolved: dict) -> dict[str, Path]:
@@ -137,8 +153,11 @@ def inputs(resolved: dict) -> dict[str, str]:
 def _strip(node, top: bool = False):
     if isinstance(node, dict):
         corpus = "splits" in node  # a dataset node (wherever it is repeated): its folder is in inputs()
-        return {k: _strip(v) for k, v in node.items()
-                if k not in WHERE_NAMES and not (top and k in WHERE_TOP) and not (corpus and k == "dir")}
+        return {
+            k: _strip(v)
+            for k, v in node.items()
+            if k not in WHERE_NAMES and not (top and k in WHERE_TOP) and not (corpus and k == "dir")
+        }
     if isinstance(node, list):
         return [_strip(v) for v in node]
     return node
@@ -182,9 +201,17 @@ def accelerator_restored(results: dict, sha: str) -> dict | None:
     ident = identity_of(composed)
     if ident["sha256"] != sha:
         return None
-    return {**results, "config": composed, "config_sha256": sha, "identity": ident,
-            "reidentified": {"trainer.accelerator": pinned, "recorded_config_sha256": results.get("config_sha256"),
-                             "why": "written by the parallel launcher, not composed; the device used is `device`"}}
+    return {
+        **results,
+        "config": composed,
+        "config_sha256": sha,
+        "identity": ident,
+        "reidentified": {
+            "trainer.accelerator": pinned,
+            "recorded_config_sha256": results.get("config_sha256"),
+            "why": "written by the parallel launcher, not composed; the device used is `device`",
+        },
+    }
 
 
 def why_different(old: dict | None, new: dict, new_config: dict) -> str:
@@ -192,8 +219,9 @@ def why_different(old: dict | None, new: dict, new_config: dict) -> str:
     if not old or "identity" not in old:
         return "made before cells were identified by their resolved config and data"
     before = old["identity"]
-    changed = sorted(k for k in set(before["inputs"]) | set(new["inputs"])
-                     if before["inputs"].get(k) != new["inputs"].get(k))
+    changed = sorted(
+        k for k in set(before["inputs"]) | set(new["inputs"]) if before["inputs"].get(k) != new["inputs"].get(k)
+    )
     code = [k.removeprefix("code:") for k in changed if k.startswith("code:")]
     if code:
         return f"your module {', '.join(code)} changed since it ran"
@@ -219,10 +247,16 @@ def code_version() -> dict:
     out = {"version": __version__, "commit": None, "dirty": None}
     try:
         git = ["git", "-C", str(REPO_ROOT)]
-        out["commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                       check=True, timeout=10).stdout.strip()
-        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                text=True, check=True, timeout=10).stdout
+        out["commit"] = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        status = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout
         out["dirty"] = bool(status.strip())
     except (OSError, subprocess.SubprocessError):
         pass

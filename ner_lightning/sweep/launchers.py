@@ -5,15 +5,15 @@ cell, not the sweep — and the sweep's progress (cells done, time left) after e
 
 ``hydra/launcher=parallel``: ``n_jobs`` worker processes that start once and run cell after cell
 (``sweep/workers.py``), ``cells_per_gpu`` of them per GPU (``sweep/devices.py`` places them)."""
+
 from __future__ import annotations
 
 import logging
 import os
 import time
-from pathlib import Path
-from typing import Sequence
-
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
@@ -26,7 +26,13 @@ log = logging.getLogger("ner_lightning")
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.0f} min"
+        if seconds < 5400
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def log_progress(returns: list[JobReturn], total: int, elapsed: float) -> None:
@@ -59,9 +65,14 @@ class LocalLauncher(Launcher):
             try:
                 returns.append(self._run(idx, list(overrides)))
             except Exception as err:  # noqa: BLE001 — any set-up error fails this cell only
-                log.error("cell %s could not start (its folder, log file or config could not be set up — is the "
-                          "sweep folder %s writable?): %s: %s", " ".join(overrides), self.config.hydra.sweep.dir,
-                          type(err).__name__, err)
+                log.error(
+                    "cell %s could not start (its folder, log file or config could not be set up — is the "
+                    "sweep folder %s writable?): %s: %s",
+                    " ".join(overrides),
+                    self.config.hydra.sweep.dir,
+                    type(err).__name__,
+                    err,
+                )
                 returns.append(JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
             log_progress(returns, len(job_overrides), time.monotonic() - started)
@@ -76,9 +87,13 @@ class LocalLauncher(Launcher):
         return sweep_config
 
     def _run(self, idx: int, overrides: list[str]) -> JobReturn:
-        return run_job(hydra_context=self.hydra_context, task_function=self.task_function,
-                       config=self._compose(idx, overrides), job_dir_key="hydra.sweep.dir",
-                       job_subdir_key="hydra.sweep.subdir")
+        return run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=self._compose(idx, overrides),
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
 
 
 @dataclass
@@ -94,8 +109,12 @@ class CellByCell:
         from hydra.core.singleton import Singleton
         from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
-        return [execute_job(job.index, job.overrides, self.hydra_context, self.config, self.task_function,
-                            Singleton.get_state()) for job in task]
+        return [
+            execute_job(
+                job.index, job.overrides, self.hydra_context, self.config, self.task_function, Singleton.get_state()
+            )
+            for job in task
+        ]
 
 
 class ParallelLauncher(LocalLauncher):
@@ -107,7 +126,9 @@ class ParallelLauncher(LocalLauncher):
         if not isinstance(cells_per_gpu, int) or isinstance(cells_per_gpu, bool) or cells_per_gpu < 1:
             raise ValueError(f"hydra.launcher.cells_per_gpu={cells_per_gpu!r}: give an int >= 1 (cells sharing a GPU)")
         if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0 or n_jobs < -1:
-            raise ValueError(f"hydra.launcher.n_jobs={n_jobs!r}: give an int >= 1 (worker processes), or -1 (one per core)")
+            raise ValueError(
+                f"hydra.launcher.n_jobs={n_jobs!r}: give an int >= 1 (worker processes), or -1 (one per core)"
+            )
         super().__init__()
         self.n_jobs, self.cells_per_gpu = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs, cells_per_gpu
 
@@ -126,4 +147,5 @@ class ParallelLauncher(LocalLauncher):
         def progress(ret: JobReturn) -> None:
             done.append(ret)
             log_progress(done, len(jobs), time.monotonic() - started)
+
         return [ret for (ret,) in pool.run([[job] for job in jobs], progress)]

@@ -10,11 +10,12 @@ Optuna sweeper whose trials are cells of the sweep's manifest, as a grid's are.
   return at once — and with ``hydra.sweeper.storage`` (an Optuna database) a study grows.
 * One launch per sweep folder; Ctrl-C / SIGTERM stop it with exit code 130 / 143.
 """
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
@@ -24,7 +25,7 @@ from omegaconf import DictConfig
 
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
-from ner_lightning.sweep.sweeper import describe_cell, error_of, run_exclusively
+from ner_lightning.sweep.sweeper import describe_cell, error_of
 
 
 class RecordingLauncher(Launcher):
@@ -40,8 +41,13 @@ class RecordingLauncher(Launcher):
         self.launcher.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def _manifest(self) -> dict:
-        old = cells.read_manifest(self.sweep_dir) or {"sweep_dir": str(self.sweep_dir), "sweeper": "optuna",
-                                                      "command": sys.argv, "cells": [], "invocations": []}
+        old = cells.read_manifest(self.sweep_dir) or {
+            "sweep_dir": str(self.sweep_dir),
+            "sweeper": "optuna",
+            "command": sys.argv,
+            "cells": [],
+            "invocations": [],
+        }
         return {k: v for k, v in old.items() if k != "_by_overrides"}
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
@@ -60,7 +66,7 @@ class RecordingLauncher(Launcher):
             trials.append(cell)
         write_json_atomic(self.sweep_dir / cells.MANIFEST, manifest)
         returns = self._launch_unfinished(trials, initial_job_idx)
-        for cell, ret in zip(trials, returns):
+        for cell, ret in zip(trials, returns, strict=True):
             cell.pop("last_error", None)
             if ret.status != JobStatus.COMPLETED:
                 cell["last_error"] = error_of(ret)
@@ -76,8 +82,14 @@ class RecordingLauncher(Launcher):
             if done[k] is None:
                 returns.append(next(launched))
             else:
-                returns.append(JobReturn(overrides=list(cell["overrides"]), status=JobStatus.COMPLETED,
-                                         _return_value=done[k]["value"], working_dir=str(self.sweep_dir / cell["dir"])))
+                returns.append(
+                    JobReturn(
+                        overrides=list(cell["overrides"]),
+                        status=JobStatus.COMPLETED,
+                        _return_value=done[k]["value"],
+                        working_dir=str(self.sweep_dir / cell["dir"]),
+                    )
+                )
         return returns
 
 
@@ -91,4 +103,4 @@ class OptunaSweeper(HydraOptunaSweeper):
 
     def sweep(self, arguments: list[str]) -> None:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        return run_exclusively(self.sweep_dir, lambda: super(OptunaSweeper, self).sweep(arguments))
+        return cells.run_exclusively(self.sweep_dir, lambda: super(OptunaSweeper, self).sweep(arguments))

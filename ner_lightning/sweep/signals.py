@@ -1,11 +1,12 @@
 """Ctrl-C and SIGTERM while a cell or a sweep runs: raised as :class:`Interrupted` wherever the
 process is (set-up, training, testing, between cells), recorded so that no ``except`` on the way
 can turn them into an ordinary failure, and ended with exit code 130 / 143."""
+
 from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Iterator
+from collections.abc import Iterator
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells report them
 _received: list[int] = []  # the signals this process received while a handler of ours was installed

@@ -6,10 +6,11 @@ Before the first cell starts, the whole expanded grid goes to ``<sweep dir>/mani
 same identity is done and skipped; one of another identity reruns, and the sweep says why
 before training (``rerun_because`` in the manifest); failed, interrupted and
 missing cells run again (``12 done, 3 to run``). A command that adds values to an axis may
-reuse the folder: the earlier cells keep their numbers, the new ones are numbered after them. Cells keep their folder across reruns
-(``hydra.sweep.subdir`` numbers cells by the manifest, not by launch order). Failed cells do
-not stop the others; the sweep exits non-zero at the end if any failed.
+reuse the folder: the earlier cells keep their numbers, the new ones are numbered after them.
+Cells keep their folder across reruns (``hydra.sweep.subdir`` numbers cells by the manifest, not
+by launch order). Failed cells do not stop the others; the sweep exits non-zero at the end if any failed.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,7 +18,7 @@ import logging
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -35,7 +36,6 @@ from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.composing import ComposedOnce
 from ner_lightning.sweep.identity import identity_of, why_different
-from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
 log = logging.getLogger("ner_lightning")
 
@@ -51,13 +51,16 @@ def expand_grid(overrides: list[Override]) -> list[list[str]]:
         elif override.is_discrete_sweep():
             axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
-            raise HydraException(f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type.name} "
-                                 f"({key}): use hydra/sweeper=optuna for intervals")
+            raise HydraException(
+                f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type.name} "
+                f"({key}): use hydra/sweeper=optuna for intervals"
+            )
     return [list(job) for job in itertools.product(*axes.values())]
 
 
-def describe_cell(hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str],
-                  sweep_dir: Path) -> dict:
+def describe_cell(
+    hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str], sweep_dir: Path
+) -> dict:
     """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
     input files, ``sweep.identity``), which also validates it — and, when its folder holds the
     result of another cell, why it will rerun."""
@@ -75,9 +78,17 @@ def describe_cell(hydra_context: HydraContext, master_config: DictConfig, k: int
         ident = identity_of(resolved)
     finally:
         HydraConfig.instance().cfg = saved
-    cell = {"cell": k, "overrides": list(overrides), "dir": subdir, "config_sha256": ident["sha256"],
-            "precision": {"train": (resolved.get("trainer") or {}).get("precision"),
-                          "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision")}}
+    precision = {
+        "train": (resolved.get("trainer") or {}).get("precision"),
+        "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision"),
+    }
+    cell = {
+        "cell": k,
+        "overrides": list(overrides),
+        "dir": subdir,
+        "config_sha256": ident["sha256"],
+        "precision": precision,
+    }
     old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
     if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
         cell["rerun_because"] = why_different(old, ident, resolved)
@@ -86,28 +97,22 @@ def describe_cell(hydra_context: HydraContext, master_config: DictConfig, k: int
     return cell
 
 
-def run_exclusively(sweep_dir: Path, sweep: Callable[[], Any]) -> Any:
-    """One launch per sweep folder (a second is refused while the first runs); Ctrl-C / SIGTERM
-    stop the sweep with exit code 130 / 143."""
-    try:
-        with interrupts_raised(), cells.exclusive(sweep_dir, "sweep"):
-            return sweep()
-    except BaseException as err:
-        code = exit_code(err)
-        if code is None or isinstance(err, SystemExit) and err.code == code:
-            raise
-        raise SystemExit(code) from None
-
-
 class GridSweeper(Sweeper):
     """Hydra's grid semantics on Hydra's public ``Sweeper`` interface, with the manifest and resume
     described above."""
 
-    def __init__(self, max_batch_size: int | None = None, params: dict | None = None, resume: bool = True,
-                 common_labels: bool = True):
+    def __init__(
+        self,
+        max_batch_size: int | None = None,
+        params: dict | None = None,
+        resume: bool = True,
+        common_labels: bool = True,
+    ):
         super().__init__()
         if max_batch_size is not None and max_batch_size < 1:
-            raise ValueError(f"hydra.sweeper.max_batch_size must be a positive number of cells or null, got {max_batch_size}")
+            raise ValueError(
+                f"hydra.sweeper.max_batch_size must be a positive number of cells or null, got {max_batch_size}"
+            )
         self.max_batch_size, self.params, self.resume = max_batch_size, dict(params or {}), resume
         self.common_labels = common_labels
         self.hydra_context: HydraContext | None = None
@@ -115,11 +120,13 @@ class GridSweeper(Sweeper):
         self.launcher: Launcher | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        hydra_context = HydraContext(config_loader=ComposedOnce(hydra_context.config_loader),
-                                     callbacks=hydra_context.callbacks)
+        hydra_context = HydraContext(
+            config_loader=ComposedOnce(hydra_context.config_loader), callbacks=hydra_context.callbacks
+        )
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def _expand(self, arguments: list[str]) -> list[list[str]]:
         params_conf = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
@@ -135,25 +142,35 @@ class GridSweeper(Sweeper):
         loader, seen = self.hydra_context.config_loader, {}
         needs = []
         for job in jobs:
-            key = tuple(o for o in job if o.lstrip("+~").split("=")[0].split(".")[0].split("@")[0]
-                        in ("loss", "experiment", "data"))
+            key = tuple(
+                o
+                for o in job
+                if o.lstrip("+~").split("=")[0].split(".")[0].split("@")[0] in ("loss", "experiment", "data")
+            )
             if key not in seen:
-                seen[key] = label_scheme_needed(loader.load_sweep_config(master_config=self.config,
-                                                                         sweep_overrides=list(job)))
+                seen[key] = label_scheme_needed(
+                    loader.load_sweep_config(master_config=self.config, sweep_overrides=list(job))
+                )
             needs.append(seen[key])
         chosen = {n for n in needs if n is not None}
         if len(chosen) < 2 or not self.common_labels:
             return jobs
-        losses = {o: n for job, n in zip(jobs, needs) if n for o in job if o.startswith(("loss=", "experiment="))}
-        log.warning("sweep: the grid's objectives need different labels (%s): every cell runs on "
-                    "data.label_scheme=untyped, the labels all of them can use, so their scores pair "
-                    "(hydra.sweeper.common_labels=false keeps each objective's own)",
-                    ", ".join(f"{o}: {n}" for o, n in sorted(losses.items())) or "typed and untyped")
-        return [job + ["data.label_scheme=untyped"] if n is not None else job for job, n in zip(jobs, needs)]
+        losses = {
+            o: n for job, n in zip(jobs, needs, strict=True) if n for o in job if o.startswith(("loss=", "experiment="))
+        }
+        log.warning(
+            "sweep: the grid's objectives need different labels (%s): every cell runs on "
+            "data.label_scheme=untyped, the labels all of them can use, so their scores pair "
+            "(hydra.sweeper.common_labels=false keeps each objective's own)",
+            ", ".join(f"{o}: {n}" for o, n in sorted(losses.items())) or "typed and untyped",
+        )
+        return [
+            job + ["data.label_scheme=untyped"] if n is not None else job for job, n in zip(jobs, needs, strict=True)
+        ]
 
     def sweep(self, arguments: list[str]) -> Any:
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        return run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
+        return cells.run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
 
     def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -162,32 +179,57 @@ class GridSweeper(Sweeper):
         old = cells.read_manifest(sweep_dir)
         jobs = _with_earlier_cells(sweep_dir, old, expanded, jobs)
         # Cell numbers first (the subdir resolver reads them), then folders and hashes.
-        manifest = {"sweep_dir": str(sweep_dir), "command": sys.argv, "arguments": list(arguments),
-                    "cells": cells.numbered(jobs, old),
-                    "invocations": (old or {}).get("invocations", [])}
+        manifest = {
+            "sweep_dir": str(sweep_dir),
+            "command": sys.argv,
+            "arguments": list(arguments),
+            "cells": cells.numbered(jobs, old),
+            "invocations": (old or {}).get("invocations", []),
+        }
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
-        manifest["cells"] = [describe_cell(self.hydra_context, self.config, k, o, sweep_dir) for k, o in enumerate(jobs)]
+        manifest["cells"] = [
+            describe_cell(self.hydra_context, self.config, k, o, sweep_dir) for k, o in enumerate(jobs)
+        ]
         dirs = [c["dir"] for c in manifest["cells"]]
         if len(set(dirs)) != len(dirs):
             dup = next(d for d in dirs if dirs.count(d) > 1)
-            raise ValueError(f"two cells of this grid share the folder {dup!r}: they differ only in keys that "
-                             "hydra.job.config.override_dirname.exclude_keys leaves out of folder names")
-        manifest["precision"] = {stage: sorted({str(c["precision"][stage]) for c in manifest["cells"]})
-                                 for stage in ("train", "eval")}
-        log.info("sweep %s: precision %s", sweep_dir, ", ".join(f"{stage} {'/'.join(v)}" for stage, v in
-                                                              manifest["precision"].items()))
-        done = [c for c in manifest["cells"]
-                if self.resume and cells.finished(sweep_dir / c["dir"], c["config_sha256"]) is not None]
+            raise ValueError(
+                f"two cells of this grid share the folder {dup!r}: they differ only in keys that "
+                "hydra.job.config.override_dirname.exclude_keys leaves out of folder names"
+            )
+        manifest["precision"] = {
+            stage: sorted({str(c["precision"][stage]) for c in manifest["cells"]}) for stage in ("train", "eval")
+        }
+        log.info(
+            "sweep %s: precision %s",
+            sweep_dir,
+            ", ".join(f"{stage} {'/'.join(v)}" for stage, v in manifest["precision"].items()),
+        )
+        done = [
+            c
+            for c in manifest["cells"]
+            if self.resume and cells.finished(sweep_dir / c["dir"], c["config_sha256"]) is not None
+        ]
         todo = [c for c in manifest["cells"] if c not in done]
         reruns = [c for c in todo if "rerun_because" in c]
         if reruns:
             reasons = Counter(c["rerun_because"] for c in reruns)
-            log.warning("sweep %s: %d finished cell(s) will rerun, their results are of another cell: %s", sweep_dir,
-                        len(reruns), "; ".join(f"{n} × {why}" for why, n in reasons.most_common()))
+            log.warning(
+                "sweep %s: %d finished cell(s) will rerun, their results are of another cell: %s",
+                sweep_dir,
+                len(reruns),
+                "; ".join(f"{n} × {why}" for why, n in reasons.most_common()),
+            )
         manifest["invocations"].append({"started": cells.now(), "done_before": len(done), "to_run": len(todo)})
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
-        log.info("sweep %s: %d cells — %d done, %d to run%s", sweep_dir, len(jobs), len(done), len(todo),
-                 " (skipping cells whose results.json has the same config hash)" if done else "")
+        log.info(
+            "sweep %s: %d cells — %d done, %d to run%s",
+            sweep_dir,
+            len(jobs),
+            len(done),
+            len(todo),
+            " (skipping cells whose results.json has the same config hash)" if done else "",
+        )
 
         returns, failed = [], []
         size = self.max_batch_size or len(todo)
@@ -195,22 +237,30 @@ class GridSweeper(Sweeper):
             batch = [c["overrides"] for c in todo[i : i + size]]
             results = self.launcher.launch(batch, initial_job_idx=todo[i]["cell"])
             returns.append(results)
-            for c, r in zip(todo[i : i + size], results):
+            for c, r in zip(todo[i : i + size], results, strict=True):
                 if r.status != JobStatus.COMPLETED:
                     failed.append(c)
                     c["last_error"] = error_of(r)
         manifest["invocations"][-1].update({"finished": cells.now(), "failed": len(failed)})
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
-        log.info("sweep %s: %d cells — %d ran, %d failed, %d done before | status: python -m ner_lightning.sweep "
-                 "status %s", sweep_dir, len(jobs), len(todo), len(failed), len(done), sweep_dir)
+        log.info(
+            "sweep %s: %d cells — %d ran, %d failed, %d done before | status: python -m ner_lightning.sweep status %s",
+            sweep_dir,
+            len(jobs),
+            len(todo),
+            len(failed),
+            len(done),
+            sweep_dir,
+        )
         if failed:
             first = next(r for batch in returns for r in batch if r.status != JobStatus.COMPLETED)
             _ = first.return_value  # re-raises the first failure, as Hydra's basic sweeper does
         return returns
 
 
-def _with_earlier_cells(sweep_dir: Path, old: dict | None, expanded: list[list[str]],
-                        jobs: list[list[str]]) -> list[list[str]]:
+def _with_earlier_cells(
+    sweep_dir: Path, old: dict | None, expanded: list[list[str]], jobs: list[list[str]]
+) -> list[list[str]]:
     """Resume, or a grown grid: the earlier manifest's cells keep their numbers and new ones
     follow; a command that does not contain the earlier grid is refused, saying why."""
     if old is None:
@@ -221,12 +271,14 @@ def _with_earlier_cells(sweep_dir: Path, old: dict | None, expanded: list[list[s
             f"{sweep_dir} holds {len(before)} cells on each objective's own labels; this command adds "
             "an objective that needs other labels, so every cell would now run on "
             "data.label_scheme=untyped — another grid. Choose a new hydra.sweep.dir, or keep each "
-            "objective's labels with hydra.sweeper.common_labels=false")
+            "objective's labels with hydra.sweeper.common_labels=false"
+        )
     if not all(o in jobs for o in before):
         raise ValueError(
             f"{sweep_dir / cells.MANIFEST} holds a grid of {len(before)} cells that this command does not "
             "contain: rerun the command that made it (or one that adds axis values) to resume, or choose a "
-            "new hydra.sweep.dir")
+            "new hydra.sweep.dir"
+        )
     return before + [o for o in jobs if o not in before]
 
 

@@ -19,6 +19,7 @@ worker starts with its share of the cores as its thread count (``OMP_NUM_THREADS
 unless set): n workers that each start 1 thread per core would contend for every core (what loky
 does too).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,10 +30,11 @@ import shutil
 import signal
 import tempfile
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Protocol
 
 import cloudpickle
 from hydra.core.singleton import Singleton
@@ -80,8 +82,9 @@ def serve(conn: Connection, shared_file: str) -> None:
             conn.send_bytes(cloudpickle.dumps(("exit", stop.code)))
             return
         except Exception as err:  # noqa: BLE001 — Hydra could not set the task up: its cells fail alone
-            returns = [JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED, _return_value=err)
-                       for job in task]
+            returns = [
+                JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED, _return_value=err) for job in task
+            ]
         conn.send_bytes(cloudpickle.dumps(("done", returns)))
 
 
@@ -123,16 +126,18 @@ class WorkerPool:
 
     def _start(self) -> Worker:
         parent, child = self.context.Pipe()
-        process = self.context.Process(target=serve, args=(child, str(self.shared_file)), daemon=True,
-                                       name=f"ner_lightning-worker-{self.started}")
+        process = self.context.Process(
+            target=serve, args=(child, str(self.shared_file)), daemon=True, name=f"ner_lightning-worker-{self.started}"
+        )
         with _thread_share(max(1, (os.cpu_count() or 1) // self.n)):
             process.start()
         child.close()
         self.started += 1
         return Worker(process, parent)
 
-    def run(self, jobs: Sequence[Sequence[Job]],
-            on_return: Callable[[JobReturn], None] = lambda ret: None) -> list[list[JobReturn]]:
+    def run(
+        self, jobs: Sequence[Sequence[Job]], on_return: Callable[[JobReturn], None] = lambda ret: None
+    ) -> list[list[JobReturn]]:
         """Each task (its cells) run on a worker; its cells' returns, in the order of ``jobs``;
         ``on_return`` sees each cell's return as its task ends."""
         pending, returns = deque(range(len(jobs))), [None] * len(jobs)
@@ -161,9 +166,14 @@ class WorkerPool:
                         returns[pos] = value
                     else:  # interrupted (its exit code), or its worker died (why)
                         exit_code = value if kind == "exit" else exit_code
-                        returns[pos] = [JobReturn(overrides=list(job.overrides), status=JobStatus.FAILED,
-                                                  _return_value=SystemExit(value) if kind == "exit" else value)
-                                        for job in jobs[pos]]
+                        returns[pos] = [
+                            JobReturn(
+                                overrides=list(job.overrides),
+                                status=JobStatus.FAILED,
+                                _return_value=SystemExit(value) if kind == "exit" else value,
+                            )
+                            for job in jobs[pos]
+                        ]
                     for ret in returns[pos]:
                         on_return(ret)
                     if kind == "died":
@@ -193,8 +203,12 @@ class WorkerPool:
         w.process.join(5)
         code = w.process.exitcode
         why = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        log.error("the worker running task #%d died (%s): its cells failed, the others go on; rerun the sweep to "
-                  "run them again", w.job, why)
+        log.error(
+            "the worker running task #%d died (%s): its cells failed, the others go on; rerun the sweep to "
+            "run them again",
+            w.job,
+            why,
+        )
         return "died", WorkerDied(f"the worker process died ({why}) while running this cell's task")
 
     @staticmethod
