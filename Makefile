@@ -32,9 +32,10 @@ run: install  ## the default job: CE, MiniLM, real CoNLL-2003, size 50, partitio
 sweep: install  ## the 2-cell example grid: loss=ce x size=20,50
 	$(BIN)/python -m ner_lightning.run -m loss=ce size=20,50
 
-lint: install  ## ruff (lint and format check) over the package; rules in pyproject.toml
+lint: install  ## ruff (lint and format check) and mypy over the package; rules in pyproject.toml
 	$(BIN)/ruff check ner_lightning hydra_plugins
 	$(BIN)/ruff format --check ner_lightning hydra_plugins
+	$(BIN)/mypy
 
 test: lint  ## the lint checks, then the whole test suite (incl. the slow multirun tests)
 	$(BIN)/python -m pytest -q -n auto

@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.build import build_datamodule, build_module, build_trainer, check_protocol, overrides
+from ner_lightning.cell_log import log_model, log_partition, log_result
 from ner_lightning.clock import PROCESS
 from ner_lightning.export import export_model, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap
@@ -27,6 +28,7 @@ from ner_lightning.results import (
     grid_keys,
     write_json_atomic,
 )
+from ner_lightning.settings import RunSettings, run_settings
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import code_version
 from ner_lightning.wandb_logging import log_prediction_tables, summarise_wandb
@@ -86,11 +88,12 @@ class CellRun:
 def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
     """The cell's encoder (seeded with ``init_seed``), data module with its partition (written to
     ``partition.json``), objective family and Trainer, charged to the phases ``model`` and ``data``."""
-    out_dir = Path(cfg.paths.output_dir)
+    settings = run_settings(cfg)
+    out_dir = settings.out_dir()
     with PROCESS.phase("model"):
-        pl.seed_everything(cfg.init_seed, workers=True, verbose=False)
-        log.debug("%s | %s", cell.prefix, reserve_heap(cfg.runtime.malloc_top_pad_mb))
-        log.debug("%s | %s", cell.prefix, fill_uninitialized_memory(cfg.runtime.fill_uninitialized_memory))
+        pl.seed_everything(settings.init_seed, workers=True, verbose=False)
+        log.debug("%s | %s", cell.prefix, reserve_heap(settings.runtime.malloc_top_pad_mb))
+        log.debug("%s | %s", cell.prefix, fill_uninitialized_memory(settings.runtime.fill_uninitialized_memory))
         check_protocol(cfg)
         encoder = instantiate(cfg.model)
     with PROCESS.phase("data"):
@@ -101,8 +104,8 @@ def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
     with PROCESS.phase("model"):
         module = build_module(cfg, encoder, datamodule)
         trainer, callbacks, loggers = build_trainer(cfg)
-        log_partition(cfg, cell.prefix, partition)
-        log_model(cfg, cell.prefix, module, trainer)
+        log_partition(cell.prefix, cfg.dataset.name, partition)
+        log_model(cell.prefix, module, trainer, OmegaConf.select(cfg, "callbacks.eval_precision.precision"))
     return CellRun(datamodule, partition, module, trainer, callbacks, loggers)
 
 
@@ -133,16 +136,16 @@ def finish_cell(
     """Test with the selected weights (the checkpoint ``ckpt``, or those in the module), write
     ``results.json`` (with the cell's share of the process's time), export and clean up.
     ``position``: (epochs, optimiser steps) of a fit the Trainer did not run (a lockstep group's)."""
-    out_dir = Path(cfg.paths.output_dir)
+    settings = run_settings(cfg)
+    out_dir = settings.out_dir()
     module, trainer = run.module, run.trainer
-    if cfg.evaluate_test:
+    if settings.evaluate_test:
         with PROCESS.phase("test"):
             trainer.test(module, datamodule=run.datamodule, ckpt_path=ckpt, verbose=False)
     with PROCESS.phase("writes"):
-        result = cell_result(cfg, cell, trainer, module, run.callbacks, run.partition, resume, ckpt, position)
-        result.lockstep = run.lockstep
-        if cfg.export:
-            if ckpt and not cfg.evaluate_test:
+        result = cell_result(cfg, settings, cell, run, resume, ckpt, position)
+        if settings.export:
+            if ckpt and not settings.evaluate_test:
                 load_weights(module, ckpt)  # testing loaded the selected weights; without a test, load them here
             folder = export_model(module, result.to_json(), out_dir / "export")
             result.export = folder.name
@@ -157,8 +160,8 @@ def finish_cell(
         result.write(out_dir / "results.json")
         summarise_wandb(run.loggers, result)
         log_prediction_tables(run.loggers, result, out_dir)
-        cells.clean_checkpoints(out_dir, ckpt if cfg.keep_checkpoint else None)
-    log_result(cfg, result)
+        cells.clean_checkpoints(out_dir, ckpt if settings.keep_checkpoint else None)
+    log_result(result, cfg.data.label_scheme, out_dir)
     return result
 
 
@@ -168,55 +171,11 @@ def loadable(path: Path) -> bool:
     return zipfile.is_zipfile(path)
 
 
-def log_partition(cfg: DictConfig, prefix: str, partition: dict) -> None:
-    before, after = partition["training_set"]["before"], partition["training_set"]["after"]
-    log.info(
-        "%s | train: %d sentences (%s, partition sha256 %s), entity-token share %.2f%%; trained on %d "
-        "sentences, %d tokens, share %.2f%% | dev: %d | test: %d",
-        prefix,
-        partition["size"],
-        cfg.dataset.name,
-        partition["sha256"][:12],
-        100 * before["entity_token_share"],
-        after["sentences"],
-        after["tokens"],
-        100 * after["entity_token_share"],
-        partition["dev_sentences"],
-        partition["test_sentences"],
-    )
-
-
-def log_model(cfg: DictConfig, prefix: str, module: pl.LightningModule, trainer: pl.Trainer) -> None:
-    """One line for what Lightning's model summary table says (``trainer.enable_model_summary``)."""
-
-    def count(n: int) -> str:
-        return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K" if n >= 1e3 else str(n)
-
-    encoder = sum(p.numel() for p in module.encoder.parameters())
-    heads = sum(p.numel() for p in module.parameters()) - encoder
-    frozen = ", frozen" if module.encoder.frozen else ""
-    config = module.encoder.model.config.to_dict()
-    log.info(
-        "%s | %s on a %s-layer %s encoder (%s parameters%s) + heads of %s | precision: training %s, evaluation %s",
-        prefix,
-        type(module).__name__,
-        config.get("num_hidden_layers", "?"),
-        config["model_type"],
-        count(encoder),
-        frozen,
-        count(heads),
-        trainer.precision,
-        module.eval_precision or OmegaConf.select(cfg, "callbacks.eval_precision.precision") or trainer.precision,
-    )
-
-
 def cell_result(
     cfg: DictConfig,
+    settings: RunSettings,
     cell: Cell,
-    trainer: pl.Trainer,
-    module,
-    callbacks: list,
-    partition: dict,
+    run: CellRun,
     resume: Path | None,
     ckpt: str | None,
     position: tuple[int, int] | None = None,
@@ -225,9 +184,10 @@ def cell_result(
     trainer's counters, and every section the callbacks declare (``results.ResultSection``,
     ``results.assemble_result``); its
     time (``wall_time_s``, ``phase_s``) is the clock's, taken by :func:`finish_cell` last."""
+    trainer, module, partition = run.trainer, run.module, run.partition
     record = module.record()
     epochs, steps = position or (trainer.current_epoch, trainer.global_step)
-    best = best_epoch(record.history, cfg.monitor) if record.history else None
+    best = best_epoch(record.history, settings.monitor) if record.history else None
     if record.history and trainer.checkpoint_callback is not None and trainer.checkpoint_callback.monitor is None:
         best = record.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
     return assemble_result(
@@ -241,14 +201,17 @@ def cell_result(
             finished=cells.now(),
             grid=grid_keys(cfg, overrides()),
             config=OmegaConf.to_container(cfg, resolve=True),
+            encoder=str(cfg.model.name_or_path),
+            objective=str(cfg.loss._target_),
+            token_loss=OmegaConf.select(cfg, "loss.token_loss._target_"),
             partition={k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
             partition_file="partition.json",
             training_set={k: partition["training_set"][k] for k in ("regime", "before", "after", "sha256")},
             dev=best["scores"] if best else None,
             best_epoch=best["epoch"] if best else None,
             best_batch=best.get("batches") if best else None,
-            monitor=cfg.monitor,
-            dev_monitor=best["metrics"][cfg.monitor] if best else None,
+            monitor=settings.monitor,
+            dev_monitor=best["metrics"][settings.monitor] if best else None,
             test=record.test,
             test_aux=record.test_aux or None,
             epochs=epochs,
@@ -257,11 +220,11 @@ def cell_result(
                 "train_batches": record.train_batches,
                 "optimizer_steps": steps,
                 "train_forward_passes": record.forward_passes,
-                "init_seed": cfg.init_seed,
+                "init_seed": settings.init_seed,
                 "encoder_lr": cfg.optimizer.get("lr"),
                 "head_lr": cfg.loss.get("head_lr"),
             },
-            checkpoint=ckpt if cfg.keep_checkpoint else None,
+            checkpoint=ckpt if settings.keep_checkpoint else None,
             wall_time_s=0.0,
             phase_s={},
             precision={
@@ -272,30 +235,7 @@ def cell_result(
             identity=cell.identity,
             code=code_version(),
             labels={name: list(ls.entity_types) for name, ls in module.head_label_sets().items()},
+            lockstep=run.lockstep,
         ),
-        contributed_sections(callbacks, Path(cfg.paths.output_dir)),
-    )
-
-
-def log_result(cfg: DictConfig, r: CellResult) -> None:
-    nan = float("nan")
-    test = r.test or {"micro": {}, "macro": {}, "lenient": {"micro": {}}}
-    log.info(
-        "%s | %s | %s labels | dev %s=%.4f (epoch %s) | test F1 %.4f P %.4f R %.4f macro-F1 %.4f lenient F1 %.4f "
-        "| %d epochs, %d steps | %.0f s | %s",
-        r.cell,
-        " ".join(r.overrides) or "defaults",
-        cfg.data.label_scheme,
-        cfg.monitor,
-        r.dev_monitor if r.dev_monitor is not None else nan,
-        r.best_epoch,
-        test["micro"].get("f1", nan),
-        test["micro"].get("precision", nan),
-        test["micro"].get("recall", nan),
-        test["macro"].get("f1", nan),
-        test["lenient"]["micro"].get("f1", nan),
-        r.epochs,
-        r.global_steps,
-        r.wall_time_s,
-        Path(cfg.paths.output_dir) / "results.json",
+        contributed_sections(run.callbacks, settings.out_dir()),
     )

@@ -8,6 +8,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ner_lightning import settings
+
+settings.register()  # conf/config.yaml's defaults list names the schema: it must be there first
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent  # the checkout (an installed wheel: the folder the package lies in)
 CONFIG_DIR = PACKAGE_DIR / "conf"  # in a checkout a link to its conf/; a wheel carries the files

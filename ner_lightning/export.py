@@ -24,12 +24,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import pickle
-import re
 import shutil
 import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,13 +42,14 @@ from ner_lightning.model_card import model_card
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.heads import build_family
+from ner_lightning.portable_paths import local_roots, portable
+from ner_lightning.results import typed_fields
 from ner_lightning.trust import Trust, add_trust_options, check_buildable, trust_of
 
 FORMAT = 2  # model.json's layout version (1: the encoder always under encoder/, no pipeline model)
 READS = (1, 2)
 PIPELINE = {"task": "token-classification", "aggregation_strategy": "first"}
 ENCODER_DIRS = (".", "encoder")
-ABSOLUTE_PATH = re.compile(r"(?:(?<=^)|(?<=[=\s,\['\"]))/[^\s,\]'\"]+")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 
 
@@ -81,47 +79,13 @@ def token_classification_model(module: NERModule):
     return model.eval()
 
 
-def local_roots(config: dict) -> dict[str, str]:
-    """The exporting machine's folders a cell's config may name, each with the name an export
-    writes instead (longest first): the cell, the corpora, the project, the Python environment."""
-    paths = config.get("paths") or {}
-    named = {
-        "<cell>": paths.get("output_dir"),
-        "<data_dir>": paths.get("data_dir"),
-        "<root_dir>": paths.get("root_dir"),
-        "<site-packages>": sysconfig.get_paths()["purelib"],
-        "<python>": sys.prefix,
-        "~": str(Path.home()),
-    }
-    roots = {}
-    for name, folder in named.items():
-        for form in {str(folder), os.path.normpath(str(folder)), os.path.realpath(str(folder))} if folder else ():
-            if len(form) > 1:
-                roots.setdefault(form.rstrip("/"), name)
-    return dict(sorted(roots.items(), key=lambda kv: -len(kv[0])))
-
-
-def portable(value, roots: dict[str, str]):
-    """``value`` (a config, a result) with every local folder named as in :func:`local_roots`, and
-    any other absolute path as ``<local path>``: an export carries no machine's paths."""
-    if isinstance(value, dict):
-        return {k: portable(v, roots) for k, v in value.items()}
-    if isinstance(value, list):
-        return [portable(v, roots) for v in value]
-    if not isinstance(value, str):
-        return value
-    for folder, name in roots.items():
-        value = re.sub(re.escape(folder) + r"(?=/|$|[\s,\]'\"])", lambda _, name=name: name, value)
-    return ABSOLUTE_PATH.sub("<local path>", value)
-
-
 def export_model(module: NERModule, result: dict, out: str | Path) -> Path:
     """Write ``module`` (with the weights it holds now), the cell's ``result`` (results.json: its
     config, scores and provenance) and a model card to ``out``, replacing a previous export there
     only once the new one is complete. No file names a local folder (:func:`portable`)."""
     out = Path(out)
-    result = portable(result, local_roots(result["config"]))
-    config = result["config"]
+    result = portable(typed_fields(result), local_roots(result["config"]))
+    config = result["config"]  # the recipe the export is built from again (config.yaml)
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     standard = token_classification_model(module)
@@ -137,7 +101,7 @@ def export_model(module: NERModule, result: dict, out: str | Path) -> Path:
     types = module.label_set.entity_types
     meta = {
         "format": FORMAT,
-        "family": config["loss"]["_target_"],
+        "family": result["objective"],
         "framing": config["data"]["framing"],
         "encoder_dir": encoder_dir,
         "pipeline": {"available": False, "why": standard}

@@ -60,7 +60,9 @@ def _prf(tp: np.ndarray, pred: np.ndarray, true: np.ndarray) -> tuple[np.ndarray
 
 
 def _report(gold: list[list[str]], pred: list[list[str]], mode: str) -> dict:
-    true_n, pred_n, tp_n = Counter(), Counter(), Counter()
+    true_n: Counter[str] = Counter()
+    pred_n: Counter[str] = Counter()
+    tp_n: Counter[str] = Counter()
     for g, p in zip(gold, pred, strict=True):
         gs, ps = spans(g, mode), spans(p, mode)
         true_n.update(t for t, _, _ in gs)

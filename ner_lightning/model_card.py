@@ -8,6 +8,8 @@ import shlex
 
 import yaml
 
+from ner_lightning.results import typed_fields
+
 SCORER = "seqeval span scores (ner_lightning.metrics): strict = IOB2 mode, lenient = conlleval rules"
 
 
@@ -29,7 +31,7 @@ def _scores(split: dict | None, prefix: str) -> list[dict]:
 def header(result: dict, meta: dict) -> dict:
     """The card's YAML header: tags, the dataset, and the dev and test scores as ``model-index``."""
     dataset = result["partition"]["dataset"]
-    head = {
+    head: dict = {
         "tags": ["ner_lightning", "token-classification", "named-entity-recognition"],
         "datasets": [dataset],
         "metrics": ["f1", "precision", "recall"],
@@ -51,7 +53,7 @@ def header(result: dict, meta: dict) -> dict:
 
 def _title(result: dict) -> str:
     p = result["partition"]
-    return f"{p['dataset']}-{result['config']['loss']['_target_'].rsplit('.', 1)[-1]}-size{p['size']}-p{p['partition']}"
+    return f"{p['dataset']}-{result['objective'].rsplit('.', 1)[-1]}-size{p['size']}-p{p['partition']}"
 
 
 def _line(split: dict | None) -> str:
@@ -66,16 +68,13 @@ def _line(split: dict | None) -> str:
 
 def model_card(result: dict, meta: dict, labels: list[str]) -> str:
     """The card's text (``README.md``); ``meta``: the export's ``model.json``."""
-    cfg, p, code = result["config"], result["partition"], result.get("code") or {}
-    token_loss = (cfg["loss"].get("token_loss") or {}).get("_target_")
-    objective = cfg["loss"]["_target_"] + (f" with {token_loss}" if token_loss else "")
+    result = typed_fields(result)
+    p, code, token_loss = result["partition"], result.get("code") or {}, result["token_loss"]
+    objective = result["objective"] + (f" with {token_loss}" if token_loss else "")
     commit = f"{code.get('commit') or 'unknown'}{' (uncommitted changes)' if code.get('dirty') else ''}"
-    encoder = (result.get("grid") or {}).get("model")
+    choice = (result.get("grid") or {}).get("model")  # the conf/model option, when chosen by name
     rows = [
-        (
-            "encoder",
-            f"{encoder} (`{cfg['model']['name_or_path']}`)" if encoder else f"`{cfg['model']['name_or_path']}`",
-        ),
+        ("encoder", f"{choice} (`{result['encoder']}`)" if choice else f"`{result['encoder']}`"),
         ("objective", f"`{objective}`"),
         ("corpus", f"{p['dataset']}: {p['size']} training sentences, partition {p['partition']}, seed {p['seed']}"),
         ("training sentences (sha256)", f"`{p['sha256']}`"),

@@ -134,7 +134,7 @@ def measure_rounds(model: dict, names: list[str], device: str) -> dict:
             if elapsed >= ROUND_S:
                 return steps * inputs[stage].numel() / elapsed
 
-    rates = {name: {"train": [], "eval": []} for name in names}
+    rates: dict[str, dict[str, list[float]]] = {name: {"train": [], "eval": []} for name in names}
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for stage in ("train", "eval"):
         encoder.train(stage == "train")
@@ -150,7 +150,7 @@ def measure_rounds(model: dict, names: list[str], device: str) -> dict:
 
 def _choose(rates: dict[str, float]) -> str:
     fp32 = rates["32-true"]
-    best = max(rates, key=rates.get)
+    best = max(rates, key=lambda name: rates[name])
     return best if rates[best] >= MARGIN * fp32 else "32-true"
 
 

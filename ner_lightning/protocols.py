@@ -22,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.build import overrides
 from ner_lightning.cell import Cell, fit_and_finish, setup_cell
-from ner_lightning.results import CellResult, grid_keys, write_json_atomic
+from ner_lightning.results import CellResult, grid_keys, typed_fields, write_json_atomic
+from ner_lightning.settings import run_settings
 from ner_lightning.sweep import cells
 from ner_lightning.wandb_logging import finish_wandb
 
@@ -32,7 +33,7 @@ log = logging.getLogger("ner_lightning")
 def protocol_of(cfg: DictConfig) -> str:
     """``tune`` when ``tune_partitions`` is set, ``singleaux`` for SingleAux over several
     auxiliaries, else ``single``."""
-    if cfg.get("tune_partitions"):
+    if cfg.get("tune_partitions"):  # typed at composition; read alone: a launcher asks before the job exists
         return "tune"
     return "singleaux" if singleaux_candidates(cfg) else "single"
 
@@ -62,10 +63,10 @@ def train(cfg: DictConfig, resume: Path | None = None, cell: Cell | None = None)
 def tune(cfg: DictConfig, cell: Cell | None = None) -> float:
     """One sweeper trial: the cell on each of ``tune_partitions`` (in ``partition<k>/``), and the
     mean of their best-dev ``monitor`` values, also written to ``tune.json``."""
-    cell = cell or Cell()
-    out_dir = Path(cfg.paths.output_dir)
+    cell, settings = cell or Cell(), run_settings(cfg)
+    out_dir = settings.out_dir()
     values, started = {}, time.perf_counter()
-    for p in cfg.tune_partitions:
+    for p in settings.tune_partitions or []:
         run = copy.deepcopy(cfg)
         with open_dict(run):
             run.partition = int(p)
@@ -77,14 +78,16 @@ def tune(cfg: DictConfig, cell: Cell | None = None) -> float:
         out_dir / cells.TUNE,
         {
             "overrides": overrides(),
-            "monitor": cfg.monitor,
+            "monitor": settings.monitor,
             "partitions": values,
             "mean": mean,
             "config_sha256": cell.config_sha256,
             "wall_time_s": round(time.perf_counter() - started, 2),
         },
     )
-    log.info("trial %s | mean dev %s over partitions %s = %.4f", " ".join(overrides()), cfg.monitor, list(values), mean)
+    log.info(
+        "trial %s | mean dev %s over partitions %s = %.4f", " ".join(overrides()), settings.monitor, list(values), mean
+    )
     return mean
 
 
@@ -99,12 +102,12 @@ def singleaux_candidates(cfg: DictConfig) -> list[str]:
 
 def _singleaux_candidate(cfg: DictConfig, cell: Cell, name: str) -> CellResult:
     """One auxiliary's run (``aux_<name>/candidate.json``); a finished one of the same config is kept."""
-    sub = Path(cfg.paths.output_dir) / f"aux_{name}"
+    sub = run_settings(cfg).out_dir() / f"aux_{name}"
     record = sub / "candidate.json"
     if record.exists():
         previous = json.loads(record.read_text())
         if previous.get("config_sha256") == cell.config_sha256:
-            return CellResult(**previous)
+            return CellResult(**typed_fields(previous))
     run = copy.deepcopy(cfg)
     with open_dict(run):
         run.aux = [name]
@@ -121,7 +124,7 @@ def singleaux(cfg: DictConfig, cell: Cell | None = None) -> CellResult:
     """SingleAux as the MUNCHABLES paper runs it (§4.1): one auxiliary-learning run per auxiliary,
     and the one with the best main-dev ``monitor`` is the cell's result. A rerun keeps the
     candidates already finished."""
-    cell = cell or Cell()
+    cell, settings = cell or Cell(), run_settings(cfg)
     done = {name: _singleaux_candidate(cfg, cell, name) for name in singleaux_candidates(cfg)}
     best = max(done, key=lambda n: done[n].dev_monitor)
     result = copy.copy(done[best])
@@ -133,16 +136,16 @@ def singleaux(cfg: DictConfig, cell: Cell | None = None) -> CellResult:
     result.export = f"aux_{best}/{result.export}" if result.export else None
     result.singleaux = {
         "chosen": best,
-        "monitor": cfg.monitor,
+        "monitor": settings.monitor,
         "dev_monitor": {n: r.dev_monitor for n, r in done.items()},
         "candidates": {n: f"aux_{n}/candidate.json" for n in done},
     }
-    result.write(Path(cfg.paths.output_dir) / "results.json")
+    result.write(settings.out_dir() / "results.json")
     log.info(
         "%s | SingleAux: %s chosen on dev %s (%s)",
         cell.prefix,
         best,
-        cfg.monitor,
+        settings.monitor,
         ", ".join(f"{n} {r.dev_monitor:.4f}" for n, r in done.items()),
     )
     return result

@@ -33,7 +33,10 @@ class CellResult:
     resumed_from: str | None  # the last.ckpt an interrupted attempt left, if resumed
     finished: str  # ISO time
     grid: dict  # chosen groups and swept keys by flat name (results.grid_keys)
-    config: dict  # the whole resolved config
+    config: dict  # the whole resolved config (what W&B shows; readers use the fields below)
+    encoder: str  # model.name_or_path
+    objective: str  # the objective family's class (loss._target_)
+    token_loss: str | None  # its token loss's class, if it takes one (loss.token_loss._target_)
     partition: dict  # dataset, size, partition, seed, sha256 of the training sentences
     partition_file: str  # partition.json: the sentences themselves
     training_set: dict  # regime, label statistics before and after it, sha256
@@ -76,6 +79,20 @@ class CellResult:
 
     def write(self, path: str | os.PathLike) -> Path:
         return write_json_atomic(path, self.to_json())
+
+
+def typed_fields(result: dict) -> dict:
+    """A ``results.json`` record with the fields readers use (``encoder``, ``objective``,
+    ``token_loss``); a record written before they existed gets them from its ``config``."""
+    if "objective" in result or "config" not in result:
+        return result
+    loss = result["config"].get("loss") or {}
+    return {
+        **result,
+        "encoder": (result["config"].get("model") or {}).get("name_or_path"),
+        "objective": loss.get("_target_"),
+        "token_loss": (loss.get("token_loss") or {}).get("_target_"),
+    }
 
 
 @runtime_checkable

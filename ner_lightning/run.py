@@ -32,6 +32,7 @@ from ner_lightning.clock import PROCESS
 from ner_lightning.config import CONFIG_DIR, complete_config
 from ner_lightning.lockstep_fit import Member
 from ner_lightning.results import write_json_atomic
+from ner_lightning.settings import run_settings
 from ner_lightning.sweep import cells, devices
 from ner_lightning.sweep.identity import cell_identity
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
@@ -114,8 +115,9 @@ def main(cfg: DictConfig) -> float | None:
     and drops them."""
     PROCESS.close_all()  # the process's start-up (or, after an earlier cell of this process, the launcher's work) ends
     _freeze_imports()
-    console.quiet(cfg.runtime.quiet)
-    out_dir = Path(cfg.paths.output_dir)
+    settings = run_settings(cfg)
+    console.quiet(settings.runtime.quiet)
+    out_dir = settings.out_dir()
     progress = Progress()  # where training is, for failure.json
     t0 = time.time()
     try:
@@ -142,8 +144,9 @@ def open_member(cfg: DictConfig) -> Member:
     set-up's seconds carried to its ``results.json``."""
     PROCESS.close_all()
     _freeze_imports()
-    console.quiet(cfg.runtime.quiet)
-    out_dir, progress, t0 = Path(cfg.paths.output_dir), Progress(), time.time()
+    settings = run_settings(cfg)
+    console.quiet(settings.runtime.quiet)
+    out_dir, progress, t0 = settings.out_dir(), Progress(), time.time()
     hold = contextlib.ExitStack()
     hold.enter_context(cells.exclusive(out_dir, "cell"))
     try:
@@ -162,7 +165,7 @@ def close_member(member: Member) -> float | None:
     """The end of a lockstep group's cell: its test and ``results.json`` after the group's fit
     (``cell.finish_cell``), or a fit of its own when it did not train in the group (resuming its
     ``last.ckpt``, or refused by its family); ``failure.json`` when the group's fit stopped it."""
-    cfg, out_dir = member.cfg, Path(member.cfg.paths.output_dir)
+    cfg, out_dir = member.cfg, run_settings(member.cfg).out_dir()
     try:
         with interrupts_raised():
             try:

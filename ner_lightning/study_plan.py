@@ -79,7 +79,7 @@ def plan_of(path: Path, sequential: bool) -> dict:
 def _declared(path: Path, spec: dict) -> dict:
     """The exclusions and α recycling a study file declares (only when it declares them: a file
     from before they were declared keeps its plan)."""
-    out = {}
+    out: dict = {}
     if "exclusions" in spec:
         exclusions = spec["exclusions"] or []
         if not all(isinstance(e, dict) and isinstance(e.get("partition"), int) and e.get("why") for e in exclusions):
@@ -137,7 +137,8 @@ def look_levels(plan: dict, tests: int, alpha: float | None = None) -> list[floa
 
 def look_partitions(plan: dict, n: int) -> list[int]:
     """The first ``n`` partitions from ``first_partition`` that the plan does not exclude."""
-    excluded, out, p = set(plan.get("exclusions", [])), [], plan["first_partition"]
+    excluded, p = set(plan.get("exclusions", [])), plan["first_partition"]
+    out: list[int] = []
     while len(out) < n:
         if p not in excluded:
             out.append(p)

@@ -82,7 +82,10 @@ def check_buildable(node: dict, builds: type, key: str, where: str, trust: Trust
     from torch import nn
 
     for path, target in targets:
-        cls = get_object(target)
+        try:
+            cls = get_object(target)
+        except Exception as err:  # Hydra wraps a failed import or a missing name in ImportError
+            raise _refuse(where, f"{path}._target_", f"{target!r} names nothing importable ({err})") from None
         base = builds if path == key else nn.Module
         if not (isinstance(cls, type) and trust.allows(cls.__module__) and issubclass(cls, base)):
             raise _refuse(

@@ -55,7 +55,10 @@ def pack_plan(lengths: list[int], padded_width: int) -> PackPlan:
     """The plan for a right-padded batch whose row ``i`` holds ``lengths[i]`` real sub-words."""
     row_of, start_of, n_rows = first_fit_rows(lengths)
     width = max(start + n for start, n in zip(start_of, lengths, strict=True))
-    source, target, positions, sentence = [], [], [], []
+    source: list[int] = []
+    target: list[int] = []
+    positions: list[int] = []
+    sentence: list[int] = []
     for i, n in enumerate(lengths):
         source += range(i * padded_width, i * padded_width + n)
         first = row_of[i] * width + start_of[i]

@@ -14,11 +14,12 @@ learning rate and everything trained from scratch (heads, CRF transitions, BiLST
 
 from __future__ import annotations
 
-from typing import ClassVar, Unpack
+from typing import ClassVar
 
 import pytorch_lightning as pl
 import torch
 from transformers import get_linear_schedule_with_warmup
+from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.data.corpus import LabelSet

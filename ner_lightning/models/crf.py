@@ -8,12 +8,11 @@ The head is :class:`CRFHead`, one per corpus in multi-corpus schemes (``models.h
 
 from __future__ import annotations
 
-from typing import Unpack
-
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
+from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode

@@ -13,10 +13,11 @@ auxiliary corpus with that corpus's own labels — and route each batch row to i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, Unpack
+from typing import Protocol
 
 import torch
 from torch import nn
+from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN

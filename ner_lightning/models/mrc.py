@@ -18,10 +18,9 @@ span metrics score MRC like every other family.
 
 from __future__ import annotations
 
-from typing import Unpack
-
 import torch
 from torch import nn
+from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.alignment import SPAN_TAGS, BatchLayout
 from ner_lightning.data.corpus import LabelSet

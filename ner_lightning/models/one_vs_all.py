@@ -13,11 +13,10 @@ schedule stepped once per batch, α ascended after each step).
 
 from __future__ import annotations
 
-from typing import Unpack
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm

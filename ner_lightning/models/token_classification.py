@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import copy
-from typing import Unpack
 
 import torch
+from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.losses import TokenLoss

@@ -21,11 +21,10 @@ The AUC min-max update of α is shared with the one-vs-all family (``models/auc.
 
 from __future__ import annotations
 
-from typing import Unpack
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm, masked_aucm

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ner_lightning import run_store
-from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES
+from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES, typed_fields
 from ner_lightning.sweep.cells import TUNE
 
 RESULT_KEYS = tuple(f"{section}." for section in RESULT_SECTIONS)
@@ -42,7 +42,7 @@ def load_runs(dirs: list[Path], strict: bool = False) -> tuple[list[dict], list[
 
 def load_trials(dirs: list[Path]) -> list[dict]:
     """Tuning trials (``tune.json``, one per Hydra job) in job order, with ``trial`` = job number."""
-    trials = []
+    trials: list[dict] = []
     for d in dirs:
         for path in run_store.files_named(Path(d), TUNE):
             record = json.loads(run_store.read_text(path))
@@ -65,9 +65,9 @@ def lookup(run: dict, key: str):
             if o.startswith(f"{key}="):
                 return o.split("=", 1)[1]
         if key == "dataset":
-            return run["config"]["dataset"]["name"]
+            return (run.get("partition") or {}).get("dataset") or run["config"]["dataset"]["name"]
         if key == "model":
-            return run["config"]["model"].get("name_or_path")
+            return typed_fields(run)["encoder"]
         if key == "data":
             return "default"
         return None
@@ -196,7 +196,7 @@ def choose_on_dev(runs: list[dict], key: str, by: list[str]) -> list[dict]:
         means = {
             v: sum(values[v][p] for p in shared) / len(shared) for v in sorted(values, key=lambda v: sort_key((v,)))
         }
-        best = max(means, key=means.get)
+        best = max(means, key=lambda v: means[v])
         choices.append({"row": ident, "key": key, "best": best, "means": means, "partitions": shared})
     return choices
 

@@ -32,7 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 def override_dirname(overrides: list[Override], exclude_keys: list[str], item_sep: str, kv_sep: str) -> str:
     """``hydra.job.override_dirname`` as Hydra writes it: the overrides' lines, sorted, joined."""
-    lines = sorted(o.input_line for o in overrides if o.key_or_group not in exclude_keys)
+    lines = sorted(str(o.input_line) for o in overrides if o.key_or_group not in exclude_keys)
     return re.sub("[=]", kv_sep, item_sep.join(lines))
 
 

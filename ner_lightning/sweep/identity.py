@@ -244,7 +244,7 @@ def code_version() -> dict:
     from ner_lightning import __version__
     from ner_lightning.config import REPO_ROOT
 
-    out = {"version": __version__, "commit": None, "dirty": None}
+    out: dict = {"version": __version__, "commit": None, "dirty": None}
     try:
         git = ["git", "-C", str(REPO_ROOT)]
         out["commit"] = subprocess.run(

@@ -8,7 +8,7 @@ import contextlib
 import signal
 from collections.abc import Iterator
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells report them
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells report them
 _received: list[int] = []  # the signals this process received while a handler of ours was installed
 
 
