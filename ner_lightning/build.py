@@ -61,9 +61,9 @@ def build_datamodule(cfg: DictConfig, tokenizer) -> pl.LightningDataModule:
     every ``data`` key on top of its own (the main corpus exactly as a single-corpus run has it)."""
     if cfg.multitask.get("datamodule") is None:
         return instantiate(cfg.data, tokenizer=tokenizer)
-    main = {
-        k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k not in ("_target_", "tokenizer")
-    }
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    assert isinstance(data, dict)
+    main = {str(k): v for k, v in data.items() if k not in ("_target_", "tokenizer")}
     return instantiate(cfg.multitask.datamodule, tokenizer=tokenizer, **main)
 
 

@@ -39,7 +39,9 @@ class StreamingCheckpointIO(TorchCheckpointIO):
 
 def rng_states() -> dict:
     """torch, CUDA, numpy and Python RNG states in types ``torch.load(weights_only=True)`` accepts."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = np.random.get_state(legacy=True)
+    assert isinstance(state, tuple)  # the legacy form: (name, keys, pos, has_gauss, gauss)
+    name, keys, pos, has_gauss, gauss = state
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],

@@ -197,6 +197,8 @@ def load(
     if (precision or meta["precision"]) not in PRECISIONS:
         raise ValueError(f"{meta_path}: precision {meta['precision']!r} is not one of {PRECISIONS}")
     config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
+    if not isinstance(config, dict):
+        raise ValueError(f"{folder / 'config.yaml'}: not a mapping of settings — not an export of ner_lightning")
     heads = {name: LabelSet(types) for name, types in meta["entity_types"].items()}
     module = build_module(
         config,

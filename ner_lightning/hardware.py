@@ -138,7 +138,7 @@ def fill_uninitialized_memory(fill: bool) -> str:
     ``benchmarks/uninitialized_fill.py`` of commit b320a1d). Returns a line for the log."""
     if not isinstance(fill, bool):
         raise ValueError(f"runtime.fill_uninitialized_memory={fill!r}: give true or false")
-    torch.utils.deterministic.fill_uninitialized_memory = fill
+    torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]  # a module property torch's stubs lack
     key = f"runtime.fill_uninitialized_memory: {str(fill).lower()}"
     return (
         f"new tensors filled with NaN under deterministic algorithms ({key})"

@@ -56,6 +56,7 @@ class WeightedCrossEntropy(TokenLoss):
         if scheme not in ("inverse_frequency", "log_ratio"):
             raise ValueError(f"loss.token_loss.scheme must be inverse_frequency or log_ratio, got {scheme!r}")
         self.scheme, self.beta = scheme, beta
+        self.weight: torch.Tensor
         self.register_buffer("weight", torch.empty(0))
 
     def fit_counts(self, counts: torch.Tensor) -> None:

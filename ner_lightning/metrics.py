@@ -63,8 +63,8 @@ def _report(gold: list[list[str]], pred: list[list[str]], mode: str) -> dict:
     true_n: Counter[str] = Counter()
     pred_n: Counter[str] = Counter()
     tp_n: Counter[str] = Counter()
-    for g, p in zip(gold, pred, strict=True):
-        gs, ps = spans(g, mode), spans(p, mode)
+    for gold_tags, pred_tags in zip(gold, pred, strict=True):
+        gs, ps = spans(gold_tags, mode), spans(pred_tags, mode)
         true_n.update(t for t, _, _ in gs)
         pred_n.update(t for t, _, _ in ps)
         tp_n.update(t for t, _, _ in set(gs) & set(ps))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from typing import Any
 
 import torch
 
@@ -24,7 +25,7 @@ def _flat(params) -> list[torch.nn.Parameter]:
     return params
 
 
-def _anchor(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> None:
+def _anchor(opt: Any, params: list[torch.nn.Parameter]) -> None:  # libauc's PESG or PDSCA (untyped)
     if opt.model_ref is not None:
         with torch.no_grad():
             for ref, p in zip(opt.model_ref[: len(params)], params, strict=True):  # PDSCA's ends with its a, b

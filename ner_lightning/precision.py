@@ -183,6 +183,7 @@ def best_precision(accelerator: str, model=None, stage: str = "train") -> str:
     from omegaconf import DictConfig, OmegaConf
 
     node = OmegaConf.to_container(model, resolve=True) if isinstance(model, DictConfig) else dict(model)
+    assert isinstance(node, dict)
     return calibration(str(accelerator), node)[stage]
 
 
@@ -230,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             node = compose("config", overrides=[f"model={args.model}"]).model
         except MissingConfigException:
             ap.error(f"--model {args.model}: no {CONFIG_DIR / 'model' / args.model}.yaml")
-    entry = calibration(args.accelerator, OmegaConf.to_container(node, resolve=True), force=args.force)
+    model = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(model, dict)
+    entry = calibration(args.accelerator, model, force=args.force)
     print(f"training {entry['train']}, evaluation {entry['eval']}: {entry['why']}")
     return 0 if "untrusted" not in entry else 3
 

@@ -15,6 +15,7 @@ import itertools
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ner_lightning.data.column_files import CorpusFormatError, write_conll
@@ -23,7 +24,7 @@ from ner_lightning.trust import add_trust_options, trust_of
 
 WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+(?:[-'’]\w+)*|[^\w\s]")
 TAG = re.compile(r"^(O|[BI]-.+)$")
-TOKENIZERS = {"whitespace": str.split, "simple": WORD.findall}
+TOKENIZERS: dict[str, Callable[[str], list[str]]] = {"whitespace": str.split, "simple": WORD.findall}
 
 
 def detect_format(path: Path) -> tuple[str, str]:

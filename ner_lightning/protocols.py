@@ -38,8 +38,9 @@ def protocol_of(cfg: DictConfig) -> str:
     return "singleaux" if singleaux_candidates(cfg) else "single"
 
 
-def run_protocol(cfg: DictConfig, cell: Cell, resume: Path | None) -> float:
-    """Run the cell's protocol; returns its best dev ``monitor`` value (never a test score)."""
+def run_protocol(cfg: DictConfig, cell: Cell, resume: Path | None) -> float | None:
+    """Run the cell's protocol; returns its best dev ``monitor`` value (never a test score; None
+    without a dev evaluation)."""
     name = protocol_of(cfg)
     if name == "tune":
         return tune(cfg, cell)
@@ -65,14 +66,20 @@ def tune(cfg: DictConfig, cell: Cell | None = None) -> float:
     mean of their best-dev ``monitor`` values, also written to ``tune.json``."""
     cell, settings = cell or Cell(), run_settings(cfg)
     out_dir = settings.out_dir()
-    values, started = {}, time.perf_counter()
+    values: dict[int, float] = {}
+    started = time.perf_counter()
     for p in settings.tune_partitions or []:
         run = copy.deepcopy(cfg)
         with open_dict(run):
             run.partition = int(p)
             run.paths.output_dir = str(out_dir / f"partition{p}")
-        values[int(p)] = train(run, cell=cell.named(f"partition {p}")).dev_monitor
+        value = train(run, cell=cell.named(f"partition {p}")).dev_monitor
         finish_wandb()
+        if value is None:
+            raise ValueError(
+                f"tuning partition {p}: no dev {settings.monitor} (no dev evaluation ran); a trial needs one"
+            )
+        values[int(p)] = value
     mean = statistics.fmean(values.values())
     write_json_atomic(
         out_dir / cells.TUNE,
@@ -126,10 +133,15 @@ def singleaux(cfg: DictConfig, cell: Cell | None = None) -> CellResult:
     candidates already finished."""
     cell, settings = cell or Cell(), run_settings(cfg)
     done = {name: _singleaux_candidate(cfg, cell, name) for name in singleaux_candidates(cfg)}
-    best = max(done, key=lambda n: done[n].dev_monitor)
+    scored = {n: r.dev_monitor for n, r in done.items() if r.dev_monitor is not None}
+    if not scored:
+        raise ValueError(f"SingleAux: no candidate has a dev {settings.monitor} to choose by (no dev evaluation ran)")
+    best = max(scored, key=lambda n: scored[n])
     result = copy.copy(done[best])
     result.overrides, result.grid = overrides(), grid_keys(cfg, overrides())
-    result.config = OmegaConf.to_container(cfg, resolve=True)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)
+    result.config = config
     result.finished = cells.now()
     result.wall_time_s = round(sum(r.wall_time_s for r in done.values()), 2)
     result.predictions = {split: f"aux_{best}/{path}" for split, path in (result.predictions or {}).items()} or None

@@ -111,7 +111,7 @@ def register(study_file: Path, plan: dict, levels: dict[str, list[float]], folde
         )
     settings, claims = load_claims(study_file)
     directions = family_directions(claims)
-    record = {
+    record: dict = {
         "study_file": study_file.as_posix(),
         "sha256": _sha256(study_file),
         "commit": _git("rev-parse", "HEAD", cwd=root).strip(),

@@ -12,7 +12,9 @@ the resolvers when it is imported (``ner_lightning/__init__.py``)."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -31,7 +33,7 @@ def package_dir(package: str, sub: str = "") -> str:
 
 
 def register_resolvers() -> None:
-    resolvers = {
+    resolvers: dict[str, Callable[..., Any]] = {
         "repo_root": lambda: str(root_dir()),
         "package_dir": package_dir,
         "if_null": lambda value, default: default if value is None else value,

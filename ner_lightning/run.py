@@ -67,6 +67,7 @@ def _write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress
         "elapsed_s": round(elapsed_s, 1),
         "traceback": traceback.format_exc(),
     }
+    where: Path | str
     try:
         where = write_json_atomic(out_dir / "failure.json", failure)
     except OSError as write_err:

@@ -65,7 +65,7 @@ def prediction_rows(path: Path, limit: int) -> list[list]:
             return "; ".join(f"{t}: {' '.join(words[a : b + 1])}" for t, a, b in sorted(found, key=lambda s: s[1:]))
 
         rows.append([" ".join(words), show(gold), show(pred), show(gold - pred), show(pred - gold), gold == pred])
-    rows.sort(key=lambda row: row[-1])  # stable: errors first, each part in file order
+    rows.sort(key=lambda row: bool(row[-1]))  # stable: errors first, each part in file order
     return rows[:limit]
 
 
@@ -80,7 +80,7 @@ def log_prediction_tables(loggers: list, result: CellResult, out_dir: Path) -> N
 
         for split, file in (result.predictions or {}).items():
             rows = prediction_rows(Path(out_dir) / file, lg.prediction_table_rows)
-            lg.experiment.log({f"predictions/{split}": wandb.Table(columns=TABLE_COLUMNS, data=rows)})
+            lg.experiment.log({f"predictions/{split}": wandb.Table(columns=list[str | int](TABLE_COLUMNS), data=rows)})
 
 
 def finish_wandb() -> None:

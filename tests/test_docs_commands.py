@@ -205,3 +205,21 @@ def test_a_documented_snippet_imports_what_exists_at_head(where, module, names):
     loaded = importlib.import_module(module)
     missing = [n for n in names if not hasattr(loaded, n)]
     assert not missing, f"{where}: {module} has no {', '.join(missing)}"
+
+
+def test_the_performance_page_and_the_replication_page_hold_the_present():
+    """docs/benchmarks.md: current figures only (no dated section titles, no account of how a
+    figure changed: that lives beside its raw files under docs/bench_runs/); replication.md:
+    the current verdicts, under 600 lines, its analyses' history in replication_archive.md."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    dated = [line for line in text.splitlines() if line.startswith("#") and re.search(r"\d{4}-\d{2}-\d{2}", line)]
+    assert not dated, f"dated section titles: {dated}"
+    narrative = re.findall(
+        r"\b(?:was|were|earlier|formerly|previously|no longer|used to|(?:first|second) (?:invocation|version|run))\b",
+        text,
+        re.IGNORECASE,
+    )
+    assert not narrative, f"benchmarks.md tells a history: {narrative}"
+    replication = ROOT / "docs" / "results" / "replication.md"
+    assert len(replication.read_text().splitlines()) < 600
+    assert "replication_archive.md" in replication.read_text()

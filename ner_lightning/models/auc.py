@@ -13,8 +13,19 @@ p(1 − p) or by a task weight such as λ = 100 (with that scaling the ascent ov
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import nn
+
+
+class AUCMVariables(Protocol):
+    """What :func:`aucm` reads of a libauc ``AUCMLoss``: its min-max variables and its margin."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    alpha: torch.Tensor
+    margin: float
 
 
 def auc_losses(n: int, margin: float) -> nn.ModuleList:
@@ -24,13 +35,13 @@ def auc_losses(n: int, margin: float) -> nn.ModuleList:
     return nn.ModuleList([AUCMLoss(margin=margin, version="v1", device="cpu") for _ in range(n)])
 
 
-def aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def aucm(loss: AUCMVariables, scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """One AUC-M term (AUC-2T eq. 3) on real words only (callers boolean-index away padding
     beforehand), with the a, b, α of the libauc ``AUCMLoss`` (v1) ``loss``: the same operations in
     the same order as its ``forward`` (p from the batch), without its ``sum(pos_mask) == 0``
     warning check, a Python loop over every word that waits for the device."""
     y_pred, y_true = scores.reshape(-1, 1), targets.reshape(-1, 1)
-    pos, neg = (1 == y_true).float(), (0 == y_true).float()
+    pos, neg = (y_true == 1).float(), (y_true == 0).float()
     p = pos.sum() / y_true.shape[0]
     return (
         (1 - p) * torch.mean((y_pred - loss.a) ** 2 * pos)
@@ -40,7 +51,7 @@ def aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor) -> torch.
     )
 
 
-def masked_aucm(loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def masked_aucm(loss: AUCMVariables, scores: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """:func:`aucm` over the entries where ``keep`` is true, from fixed-shape operations (every
     mean over the kept entries is a masked sum over all of them divided by their number), for
     ``vmap`` (``ner_lightning.lockstep``)."""

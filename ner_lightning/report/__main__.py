@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from ner_lightning import run_store
@@ -246,4 +245,4 @@ def _print_trials(trials: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

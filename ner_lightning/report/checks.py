@@ -3,6 +3,8 @@ different settings, the same run counted twice."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ner_lightning.report.runs import (
     RESULT_KEYS,
     RESULT_VALUES,
@@ -76,7 +78,7 @@ def _settings_of(members: list[dict], free: tuple[str, ...]) -> dict[str, set[st
 
 
 def unpaired_rows(
-    rows: dict[tuple, list[dict]], pairs: list[tuple[tuple, tuple]], by: list[str], pool: list[str] = ()
+    rows: dict[tuple, list[dict]], pairs: list[tuple[tuple, tuple]], by: list[str], pool: Sequence[str] = ()
 ) -> list[str]:
     """One line per (row, baseline row) whose runs differ in a resolved setting other than the
     ``by`` keys, the ``pool`` keys and the replicates — e.g. ``data.label_scheme`` when AUC-2T ran on

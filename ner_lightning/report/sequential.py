@@ -152,7 +152,7 @@ def z_nominal_bounds(stages: list[int], alpha: float, kind: str = "obrien_flemin
 
 def crossed(t: np.ndarray, bounds: list[float]) -> np.ndarray:
     """Which simulated studies (rows of t statistics at the looks) cross some look's bound."""
-    return (t >= np.asarray(bounds)).any(axis=1)
+    return np.asarray((t >= np.asarray(bounds)).any(axis=1))
 
 
 def type_one_error(

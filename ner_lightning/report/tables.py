@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import statistics
+from collections.abc import Sequence
 
 from ner_lightning.report.checks import unpaired_rows
 from ner_lightning.report.runs import (
@@ -92,7 +93,7 @@ def comparisons(
     resamples: int,
     seed: int,
     test: str = "wilcoxon",
-    pool: list[str] = (),
+    pool: Sequence[str] = (),
 ) -> list[tuple[tuple, str, Comparison]]:
     """Every row against the baseline row with the same other ``by`` values, per metric; the
     p-values of ``test`` get Holm's correction across all comparisons of a metric. Rows whose
@@ -171,7 +172,7 @@ def paper_table(
     seed: int,
     fmt: str = "md",
     test: str = "wilcoxon",
-    pool: list[str] = (),
+    pool: Sequence[str] = (),
 ) -> str:
     """Methods × columns (sizes, shares, corpora …): mean with its bootstrap SE as in the
     papers, best in bold and second underlined per column, † = differs from the baseline

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 from ner_lightning.report.runs import group, labels, lookup
 from ner_lightning.report.stats import bootstrap_mean
@@ -21,7 +22,7 @@ def publish(
     metrics: list[str],
     figures: list[Path],
     out_dir: Path,
-    mode: str,
+    mode: Literal["online", "offline", "disabled"],
     resamples: int,
     seed: int,
 ) -> Path:
@@ -31,7 +32,7 @@ def publish(
     config = runs[0]["config"]
     wb = config.get("logger", {}).get("wandb", {}) if isinstance(config.get("logger"), dict) else {}
     columns = by + [f"{m} {s}" for m in metrics for s in ("mean", "se", "ci_low", "ci_high")] + ["n"]
-    table = wandb.Table(columns=columns)
+    table = wandb.Table(columns=list[str | int](columns))
     for key, rs in group(runs, by).items():
         row = list(key)
         for m in metrics:

@@ -47,7 +47,7 @@ def sweep_status(sweep_dir: Path) -> dict:
         )
     rows = []
     for c in manifest["cells"]:
-        st = cells.status_of(sweep_dir / c["dir"]) if "dir" in c else {"state": "missing", "record": None}
+        st: dict = cells.status_of(sweep_dir / c["dir"]) if "dir" in c else {"state": "missing", "record": None}
         if st["state"] == "missing" and c.get("last_error"):  # it failed before it could write anything
             st = {"state": "failed", "failure": {"error": c["last_error"]}, "record": None}
         if (

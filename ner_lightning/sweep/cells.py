@@ -139,7 +139,7 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     out_dir.mkdir(parents=True, exist_ok=True)
     previous = read_json(out_dir / CELL)
     same = previous is not None and previous.get("config_sha256") == sha
-    history = _history(out_dir, previous) if same else []
+    history = _history(out_dir, previous) if same and previous is not None else []
     for name in (RESULTS, TUNE, FAILURE):
         (out_dir / name).unlink(missing_ok=True)
     ckpt_dir = out_dir / CHECKPOINT_DIR

@@ -175,7 +175,9 @@ def settings(resolved: dict) -> dict:
 def cell_identity(cfg: DictConfig) -> dict:
     """``sha256`` (the cell's identity), ``settings_sha256`` and ``inputs`` of a completed config
     (``config.complete_config``) inside Hydra's runtime."""
-    return identity_of(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
+    resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    assert isinstance(resolved, dict)
+    return identity_of(resolved)
 
 
 def identity_of(resolved: dict) -> dict:
