@@ -9,7 +9,7 @@ The head is :class:`CRFHead`, one per corpus in multi-corpus schemes (``models.h
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
@@ -18,7 +18,7 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.encoder import TransformerEncoder
-from ner_lightning.models.heads import HeadModule
+from ner_lightning.models.heads import Counts, HeadModule
 from ner_lightning.models.word_grid import host_index
 
 
@@ -72,13 +72,7 @@ class CRFHead(nn.Module):
     def fit_counts(self, counts: torch.Tensor) -> None:
         """The CRF's likelihood has no class weights."""
 
-    def loss(
-        self,
-        states: torch.Tensor,
-        labels: torch.Tensor,
-        word_mask: torch.Tensor,
-        word_counts: tuple[int, ...] | None = None,
-    ) -> torch.Tensor:
+    def loss(self, states: Tensor, labels: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
         tags = labels.clamp(min=0)  # padding words are masked out by the CRF
         return -crf_log_likelihood(self.crf, self.scores(states, word_mask, word_counts), tags, word_mask).mean()
 

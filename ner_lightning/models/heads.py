@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
@@ -27,6 +27,8 @@ from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.word_grid import RealWords, host_index, layout_of
 
+Counts = tuple[int, ...] | None  # words per row, known on the host (spares asking the device)
+
 
 class Head(Protocol):
     """What :class:`HeadModule` asks of a head. ``word_counts``: words per row, known on the host
@@ -35,13 +37,7 @@ class Head(Protocol):
     def fit_counts(self, counts: torch.Tensor) -> None:
         """Training label counts (class weights; a no-op for most heads)."""
 
-    def loss(
-        self,
-        states: torch.Tensor,
-        labels: torch.Tensor,
-        word_mask: torch.Tensor,
-        word_counts: tuple[int, ...] | None = None,
-    ) -> torch.Tensor:
+    def loss(self, states: Tensor, labels: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
         """The training loss of rows ``states (B, W, H)`` with ``labels (B, W)``."""
 
     def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
@@ -68,13 +64,7 @@ class SoftmaxHead(nn.Module):
         """Class weights from training label counts (the weighted losses; no-op for others)."""
         self.token_loss.fit_counts(counts)
 
-    def loss(
-        self,
-        states: torch.Tensor,
-        labels: torch.Tensor,
-        word_mask: torch.Tensor,
-        word_counts: tuple[int, ...] | None = None,
-    ) -> torch.Tensor:
+    def loss(self, states: Tensor, labels: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
         logits = self.scores(states, word_mask)
         counts = word_counts if word_counts is not None else tuple(word_mask.sum(1).tolist())
         words = RealWords.of(counts, word_mask.size(1), word_mask.device)
