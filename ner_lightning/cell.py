@@ -171,6 +171,30 @@ def loadable(path: Path) -> bool:
     return zipfile.is_zipfile(path)
 
 
+def what_ran(cfg: DictConfig) -> dict:
+    """The ``results.json`` fields that say what the cell ran: its grid keys, the whole resolved
+    config, and the fields readers use (``encoder``, ``objective``, ``token_loss``)."""
+    return {
+        "grid": grid_keys(cfg, overrides()),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "encoder": str(cfg.model.name_or_path),
+        "objective": str(cfg.loss._target_),
+        "token_loss": OmegaConf.select(cfg, "loss.token_loss._target_"),
+    }
+
+
+def compute_spent(cfg: DictConfig, settings: RunSettings, record, steps: int) -> dict:
+    """What the cell cost, to compare objectives at equal compute (``CellResult.compute``)."""
+    return {
+        "train_batches": record.train_batches,
+        "optimizer_steps": steps,
+        "train_forward_passes": record.forward_passes,
+        "init_seed": settings.init_seed,
+        "encoder_lr": cfg.optimizer.get("lr"),
+        "head_lr": cfg.loss.get("head_lr"),
+    }
+
+
 def cell_result(
     cfg: DictConfig,
     settings: RunSettings,
@@ -199,11 +223,7 @@ def cell_result(
             device=cell.device,
             resumed_from=str(resume) if resume else None,
             finished=cells.now(),
-            grid=grid_keys(cfg, overrides()),
-            config=OmegaConf.to_container(cfg, resolve=True),
-            encoder=str(cfg.model.name_or_path),
-            objective=str(cfg.loss._target_),
-            token_loss=OmegaConf.select(cfg, "loss.token_loss._target_"),
+            **what_ran(cfg),
             partition={k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
             partition_file="partition.json",
             training_set={k: partition["training_set"][k] for k in ("regime", "before", "after", "sha256")},
@@ -216,14 +236,7 @@ def cell_result(
             test_aux=record.test_aux or None,
             epochs=epochs,
             global_steps=steps,
-            compute={
-                "train_batches": record.train_batches,
-                "optimizer_steps": steps,
-                "train_forward_passes": record.forward_passes,
-                "init_seed": settings.init_seed,
-                "encoder_lr": cfg.optimizer.get("lr"),
-                "head_lr": cfg.loss.get("head_lr"),
-            },
+            compute=compute_spent(cfg, settings, record, steps),
             checkpoint=ckpt if settings.keep_checkpoint else None,
             wall_time_s=0.0,
             phase_s={},

@@ -18,11 +18,11 @@ import statistics
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from ner_lightning.build import overrides
-from ner_lightning.cell import Cell, fit_and_finish, setup_cell
-from ner_lightning.results import CellResult, grid_keys, typed_fields, write_json_atomic
+from ner_lightning.cell import Cell, fit_and_finish, setup_cell, what_ran
+from ner_lightning.results import CellResult, typed_fields, write_json_atomic
 from ner_lightning.settings import run_settings
 from ner_lightning.sweep import cells
 from ner_lightning.wandb_logging import finish_wandb
@@ -138,10 +138,8 @@ def singleaux(cfg: DictConfig, cell: Cell | None = None) -> CellResult:
         raise ValueError(f"SingleAux: no candidate has a dev {settings.monitor} to choose by (no dev evaluation ran)")
     best = max(scored, key=lambda n: scored[n])
     result = copy.copy(done[best])
-    result.overrides, result.grid = overrides(), grid_keys(cfg, overrides())
-    config = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(config, dict)
-    result.config = config
+    ran = what_ran(cfg)
+    result.overrides, result.grid, result.config = overrides(), ran["grid"], ran["config"]
     result.finished = cells.now()
     result.wall_time_s = round(sum(r.wall_time_s for r in done.values()), 2)
     result.predictions = {split: f"aux_{best}/{path}" for split, path in (result.predictions or {}).items()} or None
