@@ -5,6 +5,7 @@ The resolvers ``conf/`` uses live in ``ner_lightning/resolvers.py``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -95,11 +96,9 @@ def apply_objective_requirements(cfg: DictConfig) -> DictConfig:
     family's ``framing``, an explicit conflicting value is refused) and ``data.label_scheme``
     (null = untyped for families with ``untyped_spans``, else typed). Runs before the data
     module is built; the cell's identity is the config as composed, before this."""
-    from hydra.utils import get_class
-
     if OmegaConf.select(cfg, "loss._target_") is None or "data" not in cfg:
         return cfg  # not a config of ours (e.g. Hydra's own tests of our sweeper)
-    family = get_class(cfg.loss._target_)
+    family = objective_family(cfg)
     data = cfg.data
     with open_dict(cfg):
         if data.get("framing") is None:
@@ -116,11 +115,31 @@ def apply_objective_requirements(cfg: DictConfig) -> DictConfig:
 def label_scheme_needed(cfg: DictConfig) -> str | None:
     """The ``data.label_scheme`` the objective will choose for this config, or None when the
     config sets it explicitly (or is not one of ours)."""
-    from hydra.utils import get_class
-
     if OmegaConf.select(cfg, "loss._target_") is None or OmegaConf.select(cfg, "data.label_scheme") is not None:
         return None
-    return "untyped" if get_class(cfg.loss._target_).untyped_spans else "typed"
+    return "untyped" if objective_family(cfg).untyped_spans else "typed"
+
+
+@runtime_checkable
+class ObjectiveFamily(Protocol):
+    """What the config reads of the class ``loss._target_`` names: the data the family requires
+    (class attributes of every ``models.base.NERModule``)."""
+
+    framing: str
+    untyped_spans: bool
+
+
+def objective_family(cfg: DictConfig) -> ObjectiveFamily:
+    """The objective family ``loss._target_`` names, as far as the data it requires."""
+    from hydra.utils import get_class
+
+    family = get_class(cfg.loss._target_)
+    if not isinstance(family, ObjectiveFamily):
+        raise ValueError(
+            f"loss._target_={cfg.loss._target_} is not an objective family: name a subclass of "
+            "ner_lightning.models.base.NERModule (conf/loss/*.yaml)"
+        )
+    return family
 
 
 # Keys whose type a typo would otherwise turn into an error deep inside Lightning or torch:

@@ -166,7 +166,7 @@ class ExportedModel:
         if not sentences:
             return []
         items = [Sentence(f"predict:{i}", tuple(words), (OUTSIDE,) * len(words)) for i, words in enumerate(sentences)]
-        features = self.aligner.encode(items, self.aligner.labels_for(self.module.label_set))
+        features = self.aligner.encode(items, self.module.label_set)
         pad = self.aligner.tokenizer.pad_token_id
         batches = sorted_batches(
             features, self.meta["eval_batch_size"], lambda b: collate_features(b, pad), max_tokens=self.max_tokens

@@ -20,7 +20,7 @@ def sentences(raw):
 
 def test_matches_hugging_face_first_subtoken_alignment(tokenizer):
     sents = sentences(TOY_SENTENCES) + [Sentence("x:0", ("unbelievably", "Zwolle-based", "ok"), ("O", "B-LOC", "O"))]
-    feats = SubwordAligner(tokenizer, 512).encode(sents, LABELS.label2id)
+    feats = SubwordAligner(tokenizer, 512).encode(sents, LABELS)
     assert len(feats) == len(sents)
     for sent, f in zip(sents, feats):
         enc = tokenizer(list(sent.tokens), is_split_into_words=True)
@@ -36,7 +36,7 @@ def test_matches_hugging_face_first_subtoken_alignment(tokenizer):
 
 def test_word_the_tokenizer_erases_becomes_unk(tokenizer):
     sent = Sentence("x:0", ("A", "\u200b", "B"), ("O", "B-PER", "O"))
-    f = SubwordAligner(tokenizer, 512).encode([sent], LABELS.label2id)[0]
+    f = SubwordAligner(tokenizer, 512).encode([sent], LABELS)[0]
     assert f.n_words == 3
     assert f.input_ids[f.word_starts[1]] == tokenizer.unk_token_id
     assert f.labels[f.word_starts[1]] == LABELS.label2id["B-PER"]
@@ -46,7 +46,7 @@ def test_long_sentence_is_chunked_without_losing_words(tokenizer):
     words = tuple(f"word{i}" for i in range(40))  # several pieces each
     tags = tuple("B-PER" if i % 7 == 0 else "O" for i in range(40))
     aligner = SubwordAligner(tokenizer, max_length=16)
-    feats = aligner.encode([Sentence("x:0", words, tags)], LABELS.label2id)
+    feats = aligner.encode([Sentence("x:0", words, tags)], LABELS)
     assert len(feats) > 1
     assert all(len(f.input_ids) <= 16 for f in feats)
     assert [f.word_offset for f in feats] == [sum(g.n_words for g in feats[:k]) for k in range(len(feats))]
@@ -58,12 +58,12 @@ def test_long_sentence_is_chunked_without_losing_words(tokenizer):
 
 def test_word_longer_than_limit_is_truncated_not_dropped(tokenizer):
     sent = Sentence("x:0", ("a" * 300, "b"), ("B-ORG", "O"))
-    feats = SubwordAligner(tokenizer, max_length=8).encode([sent], LABELS.label2id)
+    feats = SubwordAligner(tokenizer, max_length=8).encode([sent], LABELS)
     assert sum(f.n_words for f in feats) == 2 and all(len(f.input_ids) <= 8 for f in feats)
 
 
 def test_collate_pads_with_ignore_index(tokenizer):
-    feats = SubwordAligner(tokenizer, 512).encode(sentences(TOY_SENTENCES[:3]), LABELS.label2id)
+    feats = SubwordAligner(tokenizer, 512).encode(sentences(TOY_SENTENCES[:3]), LABELS)
     batch = collate_features(feats, tokenizer.pad_token_id)
     n, t = batch["input_ids"].shape
     assert n == 3 and t == max(len(f.input_ids) for f in feats)

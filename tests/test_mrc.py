@@ -47,7 +47,7 @@ def test_projection_on_each_type_by_hand():
 # --- query inputs -----------------------------------------------------------------------------
 def test_query_inputs_are_the_tokenizers_pair_encoding(tokenizer):
     sents = sentences(TOY_SENTENCES)
-    feats = QueryAligner(tokenizer, 512, QUERIES).encode(sents, TYPES)
+    feats = QueryAligner(tokenizer, 512, QUERIES).encode(sents, LabelSet(TYPES))
     assert len(feats) == len(sents) * len(TYPES)
     for f in feats:
         sent, query = sents[f.sentence_index], QUERIES[f.type_index]
@@ -73,7 +73,7 @@ def test_long_sentence_is_chunked_with_the_query_in_every_chunk(tokenizer):
     tags = tuple("B-PER" if i % 7 == 0 else "O" for i in range(30))
     sent = Sentence("x:0", words, tags)
     aligner = QueryAligner(tokenizer, 24, ["who"])
-    feats = aligner.encode([sent], ["PER"])
+    feats = aligner.encode([sent], LabelSet(["PER"]))
     assert len(feats) > 1 and all(len(f.input_ids) <= 24 for f in feats)
     head = aligner.prefix + aligner.queries[0] + aligner.middle
     assert all(f.input_ids[: len(head)] == head and f.segment_start == len(head) for f in feats)

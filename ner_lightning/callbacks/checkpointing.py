@@ -76,14 +76,17 @@ class ResumeCheckpoint(ModelCheckpoint):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        trainer.callbacks.remove(self)
-        trainer.callbacks.append(self)
+        # Lightning's callback connector sets Trainer.callbacks at run time; the class does not declare it.
+        callbacks: list[pl.Callback] = trainer.callbacks  # type: ignore[attr-defined]
+        callbacks.remove(self)
+        callbacks.append(self)
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         holding = HOLDING.get(trainer, [])
         others_wrote = any(
             cb is not self and cb not in holding and cb._last_global_step_saved == trainer.global_step
             for cb in trainer.checkpoint_callbacks
+            if isinstance(cb, ModelCheckpoint)
         )
         recent = self._written_at is not None and time.monotonic() - self._written_at < self.min_interval_s
         if recent and not others_wrote:

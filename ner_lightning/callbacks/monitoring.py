@@ -9,6 +9,8 @@ import time
 import pytorch_lightning as pl
 import torch
 
+from ner_lightning.models.base import NERModule
+
 log = logging.getLogger("ner_lightning")
 
 
@@ -26,13 +28,13 @@ class TokenThroughput(pl.Callback):
 
     STAGES = ("train", "eval")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds = dict.fromkeys(self.STAGES, 0.0)
         self.tokens = dict.fromkeys(self.STAGES, 0)
         self.padded = dict.fromkeys(self.STAGES, 0)
         self._open: dict[str, float] = {}  # stage -> start of its stretch under way
 
-    def _count(self, stage: str, batch: dict, module: pl.LightningModule) -> None:
+    def _count(self, stage: str, batch: dict, module: NERModule) -> None:
         from ner_lightning.models.encoder import plan_from_mask
 
         if stage not in self._open:
@@ -75,8 +77,8 @@ class TokenThroughput(pl.Callback):
     def result_section(self, out_dir) -> dict:
         return {"throughput": self.summary()}
 
-    def summary(self) -> dict:
-        out = {}
+    def summary(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
         for s in self.STAGES:
             out[f"{s}_tokens"] = self.tokens[s]
             out[f"{s}_seconds"] = round(self.seconds[s], 3)
@@ -103,5 +105,9 @@ class EvalPrecision(pl.Callback):
         self.precision = precision
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if not isinstance(pl_module, NERModule):
+            raise TypeError(
+                f"EvalPrecision sets the evaluation precision of an NERModule, not {type(pl_module).__name__}"
+            )
         log.debug("precision: training %s, evaluation %s", trainer.precision, self.precision)
         pl_module.evaluate_in(self.precision)

@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from ner_lightning.data.column_files import write_conll
+from ner_lightning.data.contract import require_datamodule
 from ner_lightning.results import best_epoch
 
 
@@ -29,7 +31,7 @@ class PredictionWriter(pl.Callback):
         if trainer.sanity_checking or "val" not in pl_module.predictions or not pl_module.history:
             return
         ckpt = trainer.checkpoint_callback
-        monitor = ckpt.monitor if ckpt is not None else None
+        monitor = ckpt.monitor if isinstance(ckpt, ModelCheckpoint) else None
         if monitor is None or best_epoch(pl_module.history, monitor) is pl_module.history[-1]:
             self._write(trainer, pl_module.predictions["val"], "dev")
 
@@ -37,7 +39,7 @@ class PredictionWriter(pl.Callback):
         self._write(trainer, pl_module.predictions.get("test", {}), "test")
 
     def _write(self, trainer: pl.Trainer, predicted: dict[str, list[list[str]]], split: str) -> None:
-        dm = trainer.datamodule
+        dm = require_datamodule(trainer)
         for corpus, tags in predicted.items():
             sentences = dm.sentences_of(split, corpus)
             name = split if corpus == dm.corpus_names[0] else f"{split}_{corpus}"

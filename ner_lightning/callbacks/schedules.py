@@ -7,6 +7,7 @@ import abc
 import logging
 
 import pytorch_lightning as pl
+from torch.optim.lr_scheduler import LambdaLR
 
 log = logging.getLogger("ner_lightning")
 
@@ -80,6 +81,10 @@ def restart_schedule(trainer: pl.Trainer) -> None:
     """Back to step 0 of the learning-rate schedule (warm-up again, then decay over a phase)."""
     for config in trainer.lr_scheduler_configs:
         sched = config.scheduler
+        if not isinstance(sched, LambdaLR):
+            raise TypeError(
+                f"restarting the schedule takes a LambdaLR (NERModule's warm-up), not {type(sched).__name__}"
+            )
         sched.last_epoch = 0
         for group, base, fn in zip(sched.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas, strict=True):
             group["lr"] = base * fn(0)

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-from ner_lightning.data.corpus import Sentence
+from ner_lightning.data.corpus import LabelSet, Sentence
 from ner_lightning.data.packing import pack_plan
 
 IGNORE_INDEX = -100
@@ -91,30 +91,28 @@ class SubwordAligner:
                 self._pieces[w] = list(ids) or unk
         return [self._pieces[w] for w in words]
 
-    def labels_for(self, label_set) -> dict[str, int]:
-        """What :meth:`encode` takes for a label set: its label ids."""
-        return label_set.label2id
-
     def frame(self) -> tuple:
         """What decides the inputs besides the sentences and labels: tokenizer, length limit, special
         tokens (an MRC aligner adds its queries)."""
         return type(self).__name__, self._piece_key, self.max_length, tuple(self.prefix), tuple(self.suffix)
 
-    def encode(self, sentences: Sequence[Sentence], labels) -> list[Feature]:
-        """The inputs of ``sentences`` under ``labels`` (:meth:`labels_for`). The same sentences
-        encoded the same way again (dev and test in every cell of a sweep that runs in one process)
-        are the features made the first time: the list is shared, treat it as read-only."""
-        key = (self.frame(), repr(labels), tuple(sentences))
+    def encode(self, sentences: Sequence[Sentence], label_set: LabelSet) -> list[Feature]:
+        """The inputs of ``sentences`` under ``label_set``. The same sentences encoded the same way
+        again (dev and test in every cell of a sweep that runs in one process) are the features
+        made the first time: the list is shared, treat it as read-only."""
+        key = (self.frame(), repr(label_set), tuple(sentences))
         if key in _ENCODED:
             _ENCODED.move_to_end(key)
             return _ENCODED[key]
-        features = self._encode(sentences, labels)
+        features = self._encode(sentences, label_set)
         _ENCODED[key] = features
         while len(_ENCODED) > ENCODED_KEPT:
             _ENCODED.popitem(last=False)
         return features
 
-    def _encode(self, sentences: Sequence[Sentence], label2id: dict[str, int]) -> list[Feature]:
+    def _encode(self, sentences: Sequence[Sentence], label_set: LabelSet) -> list[Feature]:
+        """One feature per sentence chunk, labelled with ``label_set``'s ids."""
+        label2id = label_set.label2id
         self.word_pieces([w for s in sentences for w in s.tokens])
         budget = self.max_length - self.n_special
         features: list[Feature] = []
@@ -198,17 +196,14 @@ class QueryAligner(SubwordAligner):
                     "sub-tokens for the sentence: shorten it (dataset.queries) or raise max_length"
                 )
 
-    def labels_for(self, label_set) -> Sequence[str]:
-        """What :meth:`encode` takes for a label set: its entity types, one query each."""
-        return label_set.entity_types
-
     def frame(self) -> tuple:
         return (*super().frame(), tuple(self.middle), tuple(tuple(q) for q in self.queries))
 
-    def _encode(self, sentences: Sequence[Sentence], types: Sequence[str]) -> list[Feature]:
+    def _encode(self, sentences: Sequence[Sentence], label_set: LabelSet) -> list[Feature]:
+        """One feature per sentence chunk and entity type of ``label_set`` (one query each)."""
         self.word_pieces([w for s in sentences for w in s.tokens])
         features: list[Feature] = []
-        for ti, (etype, query) in enumerate(zip(types, self.queries, strict=True)):
+        for ti, (etype, query) in enumerate(zip(label_set.entity_types, self.queries, strict=True)):
             head = self.prefix + query + self.middle
             budget = self.max_length - len(head) - len(self.suffix)
             for si, sent in enumerate(sentences):
@@ -264,7 +259,7 @@ def collate_features(features: Sequence[Feature], pad_token_id: int) -> dict:
     t = max(len(f.input_ids) for f in features)
     w = max(f.n_words for f in features)
     lengths = [len(f.input_ids) for f in features]
-    batch = {  # one tensor per field from padded lists (a tensor per row and field cost ~3x more)
+    batch: dict[str, Any] = {  # one tensor per field from padded lists (a tensor per row and field cost ~3x more)
         "input_ids": torch.tensor(
             [f.input_ids + [pad_token_id] * (t - k) for f, k in zip(features, lengths, strict=True)]
         ),

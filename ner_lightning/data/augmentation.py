@@ -32,7 +32,7 @@ def augment(
     if unknown:
         raise ValueError(f"data.augment.methods: unknown {sorted(unknown)}; choose from {AUGMENTATIONS}")
     by_label: dict[str, list[str]] = defaultdict(list)
-    mentions: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+    mentions: dict[str | None, list[tuple[str, ...]]] = defaultdict(list)  # by entity type
     for s in sentences:
         for tok, tag in zip(s.tokens, s.tags, strict=True):
             by_label[tag].append(tok)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ner_lightning.data.alignment import ENCODED_KEPT, Feature, collate_features
 from ner_lightning.data.sampling import partition_rng
@@ -102,9 +103,21 @@ def sorted_batches(
     return batches
 
 
-def as_built(batch: dict) -> dict:
+def _as_built(batch: dict) -> dict:
     """A pre-built batch as it is (a loader's default would walk it, layout tuples included)."""
     return batch
+
+
+def prebuilt_loader(batches: list[dict]) -> DataLoader:
+    """A loader of batches built (collated, sorted, pinned) beforehand, in their order."""
+    # batch_size=None: collate_fn takes one item, where torch's annotation expects a list of them.
+    return DataLoader(list_dataset(batches), batch_size=None, shuffle=False, collate_fn=_as_built)  # type: ignore[arg-type]
+
+
+def list_dataset(items: list) -> Dataset:
+    """A list as a ``DataLoader``'s map-style dataset: it is one at run time (``__getitem__``,
+    ``__len__``); torch's annotations name only ``Dataset``."""
+    return cast(Dataset, items)
 
 
 _SORTED: OrderedDict[tuple, tuple[list, list[dict]]] = OrderedDict()  # see shared_sorted_batches

@@ -280,12 +280,12 @@ def load_corpus(
             "NER_DATA_DIR) to the folder that holds one sub-folder per dataset (default: "
             "../shared/datasets next to the repository)."
         )
-    kw = dict(delimiter=delimiter, tag_scheme=tag_scheme, entity_types=entity_types)
-    train = read_conll(root / splits["train"], split="train", **kw)
-    test = read_conll(root / splits["test"], split="test", **kw)
+    read = functools.partial(read_conll, delimiter=delimiter, tag_scheme=tag_scheme, entity_types=entity_types)
+    train = read(root / splits["train"], split="train")
+    test = read(root / splits["test"], split="test")
     notes = []
     if splits.get("dev"):
-        dev = read_conll(root / splits["dev"], split="dev", **kw)
+        dev = read(root / splits["dev"], split="dev")
     elif dev_from_train:
         train, dev = carve_dev(train, float(dev_from_train["fraction"]), int(dev_from_train["seed"]))
         notes.append(

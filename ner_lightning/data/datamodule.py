@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 import pytorch_lightning as pl
 import torch
@@ -15,7 +16,8 @@ from ner_lightning.data.augmentation import augment
 from ner_lightning.data.batching import (
     EpochShuffleSampler,
     LengthGroupedBatchSampler,
-    as_built,
+    list_dataset,
+    prebuilt_loader,
     shared_sorted_batches,
     sorted_batches,
 )
@@ -51,10 +53,7 @@ class LowResourceDataModule(pl.LightningDataModule):
     (chunk) and entity type, ``[CLS] query [SEP] sentence [SEP]`` with the dataset's query for the
     type (``loss=mrc`` selects it). The sentences, partition and regimes are the same in both.
 
-    What objectives and callbacks read of a data module: ``framing``, ``scheme`` (the
-    multi-corpus scheme, ``singletask`` here), ``corpus_names`` and ``aux_label_sets`` (the
-    corpora a model needs a head for), ``label_counts()``, ``sentences_of(split, corpus)`` and
-    ``gold_tags(split, corpus)``.
+    What objectives and callbacks read of it: ``data.contract.ModelData``.
     """
 
     scheme = "singletask"
@@ -90,6 +89,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         super().__init__()
         check_partition(partition)  # every regime, not only the partition sampler
         self.corpus, self.tokenizer, self.shuffle_seed = corpus, tokenizer, shuffle_seed
+        self.collate = functools.partial(collate_features, pad_token_id=tokenizer.pad_token_id)
         self.size, self.partition, self.seed = size, partition, seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         if eval_batch_tokens is not None and eval_batch_tokens < 1:
@@ -142,9 +142,8 @@ class LowResourceDataModule(pl.LightningDataModule):
         self.partition_sentences = partition
         train = partition + dev if self.train_on_dev else partition
         self.sentences = {"train": self._transform(train), "dev": dev, "test": test}
-        labels = self.aligner.labels_for(self.label_set)
         for split, sents in self.sentences.items():
-            self.features[split] = self.aligner.encode(sents, labels)
+            self.features[split] = self.aligner.encode(sents, self.label_set)
         for split in ("dev", "test"):  # built here, before any evaluation: the test phase only runs the model
             self._sorted[split] = shared_sorted_batches(
                 self.features[split], self.eval_batch_size, self.tokenizer.pad_token_id, self.eval_batch_tokens
@@ -182,9 +181,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         """
         ids = [s.id for s in self.partition_sentences]
         used = [s.id for s in self.sentences["train"]]
-        counts: dict[str, int] = {}
-        for i in used:
-            counts[i] = counts.get(i, 0) + 1
+        counts = dict(Counter(used))
         return {
             "dataset": self.corpus.name,
             "size": len(ids),
@@ -225,9 +222,11 @@ class LowResourceDataModule(pl.LightningDataModule):
         """Label sets of the auxiliary corpora (none here; ``MultiCorpusDataModule`` has some)."""
         return {}
 
-    def label_counts(self) -> torch.Tensor:
+    def label_counts(self, corpus: str = MAIN) -> torch.Tensor:
         """Word-label counts of the training inputs actually trained on (after regimes): (K,)
         over the label set when tagging; over ``SPAN_TAGS`` (all types together) in MRC."""
+        if corpus != MAIN:
+            raise KeyError(f"no corpus {corpus!r} in a single-corpus data module")
         k = len(SPAN_TAGS) if self.framing == "mrc" else len(self.label_set)
         ids = [label for f in self.features["train"] for label in f.labels if label >= 0]
         return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=k)
@@ -242,24 +241,22 @@ class LowResourceDataModule(pl.LightningDataModule):
         return [list(s.tags) for s in self.sentences_of(split, corpus)]
 
     # --- loaders ---------------------------------------------------------------------------
-    def _collate(self):
-        return functools.partial(collate_features, pad_token_id=self.tokenizer.pad_token_id)
-
     def train_dataloader(self) -> DataLoader:
         feats = self.features["train"]
+        data = list_dataset(feats)
         pin = self._on_gpu()  # page-locked batches: their copy to the GPU does not wait
         if self.group_by_length:
             sampler = LengthGroupedBatchSampler(
                 [len(f.input_ids) for f in feats], self.batch_size, self.shuffle_seed, self.length_window
             )
             return DataLoader(
-                feats, batch_sampler=sampler, collate_fn=self._collate(), num_workers=self.num_workers, pin_memory=pin
+                data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers, pin_memory=pin
             )
         return DataLoader(
-            feats,
+            data,
             batch_size=self.batch_size,
             sampler=EpochShuffleSampler(len(feats), self.shuffle_seed),
-            collate_fn=self._collate(),
+            collate_fn=self.collate,
             num_workers=self.num_workers,
             pin_memory=pin,
         )
@@ -271,7 +268,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         """Batches sorted by length, padded once per split and reused by every evaluation."""
         if split not in self._eval_batches:
             self._eval_batches[split] = self._pinned(self._sorted[split])
-        return DataLoader(self._eval_batches[split], batch_size=None, shuffle=False, collate_fn=as_built)
+        return prebuilt_loader(self._eval_batches[split])
 
     def _pinned(self, batches: list[dict]) -> list[dict]:
         """On a GPU, batches kept in page-locked memory, so that moving them to the device does not

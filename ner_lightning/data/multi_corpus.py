@@ -20,12 +20,13 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ner_lightning.data.alignment import collate_features
-from ner_lightning.data.batching import EpochForwarding, as_built
+from ner_lightning.data.alignment import Feature, collate_features
+from ner_lightning.data.batching import EpochForwarding, list_dataset, prebuilt_loader
 from ner_lightning.data.corpus import Corpus, LabelSet, Sentence
 from ner_lightning.data.datamodule import MAIN, LowResourceDataModule
 from ner_lightning.data.sampling import digest, sample_partition
@@ -59,7 +60,7 @@ class ScheduleSampler(Sampler[list[int]]):
             yield [offsets[c] + i for c, i in batch]
 
 
-def collate_corpora(items: Sequence[tuple[int, object]], pad_token_id: int) -> dict[str, torch.Tensor]:
+def collate_corpora(items: Sequence[tuple[int, Feature]], pad_token_id: int) -> dict[str, Any]:
     """``collate_features`` plus ``corpus``: the corpus index of each row (0 = main)."""
     batch = collate_features([f for _, f in items], pad_token_id=pad_token_id)
     batch["corpus"] = torch.tensor([c for c, _ in items])
@@ -146,7 +147,7 @@ class MultiCorpusDataModule(LowResourceDataModule):
             test = sample_partition(c.test, self.aux_test_size, 0, self.seed, c.name, split="test", key="aux_test_size")
             self.aux_sentences[name] = {"train": train, "test": test}
             self.aux_features[name] = {
-                s: self.aligner.encode(x, c.label_set.label2id) for s, x in self.aux_sentences[name].items()
+                s: self.aligner.encode(x, c.label_set) for s, x in self.aux_sentences[name].items()
             }
         log.info(
             "%s: main %s (%d training inputs) + auxiliaries %s",
@@ -202,9 +203,11 @@ class MultiCorpusDataModule(LowResourceDataModule):
         }
         return record
 
-    def aux_label_counts(self, name: str) -> torch.Tensor:
-        ids = [label for f in self.aux_features[name]["train"] for label in f.labels if label >= 0]
-        return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(self.aux_label_sets[name]))
+    def label_counts(self, corpus: str = MAIN) -> torch.Tensor:
+        if corpus == MAIN:
+            return super().label_counts()
+        ids = [label for f in self.aux_features[corpus]["train"] for label in f.labels if label >= 0]
+        return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(self.aux_label_sets[corpus]))
 
     def sentences_of(self, split: str, corpus: str = MAIN) -> list[Sentence]:
         if corpus == MAIN:
@@ -217,7 +220,7 @@ class MultiCorpusDataModule(LowResourceDataModule):
         for c, name in enumerate(self.aux_names, start=1):
             items += [(c, f) for f in self.aux_features[name]["train"]]
         return DataLoader(
-            items,
+            list_dataset(items),
             batch_sampler=ScheduleSampler(self),
             num_workers=self.num_workers,
             collate_fn=functools.partial(collate_corpora, pad_token_id=self.tokenizer.pad_token_id),
@@ -237,7 +240,7 @@ class MultiCorpusDataModule(LowResourceDataModule):
                     )
                 )
             self._eval_batches["test+aux"] = batches
-        return DataLoader(self._eval_batches["test+aux"], batch_size=None, shuffle=False, collate_fn=as_built)
+        return prebuilt_loader(self._eval_batches["test+aux"])
 
 
 def singleaux_dev_scores(dirs: list[Path], dataset: str, size, partition: int, seed: int) -> dict[str, float]:

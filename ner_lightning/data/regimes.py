@@ -142,10 +142,10 @@ def imbalance_sample(
 
 def project_entity_types(sentences: Sequence[Sentence], keep: Sequence[str]) -> list[Sentence]:
     """Tags of types not in ``keep`` become ``O`` (AUC-2T paper Table 3 per-type setting)."""
-    keep = set(keep)
+    kept = set(keep)
 
     def tag(t: str) -> str:
-        return t if t == OUTSIDE or split_tag(t)[1] in keep else OUTSIDE
+        return t if t == OUTSIDE or split_tag(t)[1] in kept else OUTSIDE
 
     return [replace(s, tags=tuple(tag(t) for t in s.tags)) for s in sentences]
 
@@ -211,6 +211,7 @@ def resampling_counts(sentences: Sequence[Sentence], method: str, variant: str =
         elif not c:
             f = 1
         else:
+            g: float  # f(s) before rounding up
             if method == "sC":
                 g = 1 + sum(c.values())
             elif method == "sCR":

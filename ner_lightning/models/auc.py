@@ -13,10 +13,12 @@ p(1 − p) or by a task weight such as λ = 100 (with that scaling the ascent ov
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import nn
+
+from ner_lightning.models.base import NERModule
 
 
 class AUCMVariables(Protocol):
@@ -72,15 +74,20 @@ def masked_aucm(loss: AUCMVariables, scores: torch.Tensor, targets: torch.Tensor
     ).reshape(())
 
 
-class AUCMinMax:
-    """Mixin for an ``NERModule`` with ``self.auc`` (ModuleList of AUCMLoss, or None)."""
+class AUCMinMax(NERModule):
+    """An ``NERModule`` whose objective has AUC-M terms: ``self.auc`` (ModuleList of
+    AUCMLoss, from :func:`auc_losses`; None for an objective without one)."""
 
     auc: nn.ModuleList | None
     lr_alpha: float
     lr_ab: float | None
 
+    def auc_terms(self) -> list[AUCMVariables]:
+        """The min-max variables of each AUC-M term, in ``self.auc`` order."""
+        return [cast(AUCMVariables, loss) for loss in self.auc or []]
+
     def _own(self, p: torch.nn.Parameter) -> bool:
-        return self.auc is not None and any(p is q for loss in self.auc for q in (loss.a, loss.b, loss.alpha))
+        return any(p is q for loss in self.auc_terms() for q in (loss.a, loss.b, loss.alpha))
 
     def optimizer_parameters(self) -> list[dict]:
         """The network's groups plus the losses' a, b at ``lr_ab`` (None = ``head_lr``); α in none."""
@@ -88,13 +95,13 @@ class AUCMinMax:
         if self.auc is None:
             return groups
         lr = self.lr_ab if self.lr_ab is not None else self.head_lr
-        ab = {"params": [p for loss in self.auc for p in (loss.a, loss.b)]}
+        ab = {"params": [p for loss in self.auc_terms() for p in (loss.a, loss.b)]}
         return groups + [ab if lr is None else {**ab, "lr": lr}]
 
     def ascend_alphas(self) -> None:
         """libauc PESG's α step for every loss used since the last call (α.grad set)."""
         with torch.no_grad():
-            for loss in self.auc or []:
+            for loss in self.auc_terms():
                 if loss.alpha.grad is not None:
                     step = 2 * (loss.margin + loss.b - loss.a) - 2 * loss.alpha
                     loss.alpha.add_(self.lr_alpha * step).clamp_(0.0, 999.0)
@@ -107,7 +114,7 @@ class AUCMinMax:
         """:meth:`ascend_alphas` on a lockstep group's stacked a, b, α (every loss is used at every
         step of the families that stack)."""
         with torch.no_grad():
-            for i, loss in enumerate(self.auc or []):
+            for i, loss in enumerate(self.auc_terms()):
                 a, b, alpha = (params[f"family.auc.{i}.{n}"] for n in ("a", "b", "alpha"))
                 alpha.add_(self.lr_alpha * (2 * (loss.margin + b - a) - 2 * alpha)).clamp_(0.0, 999.0)
 
@@ -116,13 +123,13 @@ class AUCMinMax:
         return {
             "auc": [
                 {"a": loss.a.detach().clone(), "b": loss.b.detach().clone(), "alpha": loss.alpha.detach().clone()}
-                for loss in self.auc or []
+                for loss in self.auc_terms()
             ]
         }
 
     def load_extra_state(self, state: dict) -> None:
         with torch.no_grad():
-            for loss, saved in zip(self.auc or [], state["auc"], strict=True):
+            for loss, saved in zip(self.auc_terms(), state["auc"], strict=True):
                 loss.a.copy_(saved["a"])
                 loss.b.copy_(saved["b"])
                 loss.alpha.copy_(saved["alpha"])

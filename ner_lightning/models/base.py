@@ -18,10 +18,12 @@ from typing import ClassVar
 
 import pytorch_lightning as pl
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 from transformers import get_linear_schedule_with_warmup
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.clock import PROCESS
+from ner_lightning.data.contract import require_datamodule
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.models.contracts import FamilySettings, RatePolicy, ScheduleOwner, Step, TrainingRecord
@@ -93,12 +95,6 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
     def training_loss(self, batch: dict) -> torch.Tensor:
         raise NotImplementedError
 
-    def decode(self, batch: dict) -> torch.Tensor:
-        """Predicted label ids ``(B, W)`` for the words of each example, on the device (values
-        outside ``word_mask`` are ignored). Decoding never moves data to the host: evaluation
-        collects every batch's output and moves them once per epoch."""
-        raise NotImplementedError
-
     def lockstep_refusal(self) -> str | None:
         """Why this module's cells cannot train in lockstep (``ner_lightning.lockstep``), or None
         when they can: the family then is a ``contracts.Stackable``."""
@@ -127,7 +123,7 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         training, ``eval_precision`` when evaluating) only the encoder runs in bf16/fp16: every
         step body runs with autocast off (:meth:`_full_precision`), so heads, losses (CRF
         log-sum-exp, AUC squares, sigmoids) and decoding stay in fp32."""
-        precision = self._trainer.precision if self._trainer is not None else None
+        precision: str | None = self._trainer.precision if self._trainer is not None else None
         if not self.training and self.eval_precision is not None:
             precision = self.eval_precision
         dtype = MIXED_PRECISION.get(str(precision))
@@ -135,9 +131,6 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
             hidden = self.encoder(batch["input_ids"], batch["attention_mask"], **extra)
         return self.encoder.word_states(hidden.float(), batch["word_starts"])
-
-    def _full_precision(self):
-        return torch.autocast(self.device.type, enabled=False)
 
     @staticmethod
     def real_words(batch: dict) -> RealWords:
@@ -174,6 +167,8 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
             self.forward_passes += 1
             return loss
         opt, sched = self.optimizers(), self.lr_schedulers()
+        if isinstance(opt, list) or not isinstance(sched, LRScheduler):
+            raise TypeError("manual optimisation takes one optimiser and one schedule (configure_optimizers)")
         for step in self.optimisation_steps(batch):
             set_pdsca_phase(opt, auc=step.kind == "auc")
             loss = self._keep_loss(step.loss(), batch)
@@ -181,7 +176,7 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
             opt.zero_grad()
             self.manual_backward(loss)
             if self.clip_val:
-                self.clip_gradients(opt, gradient_clip_val=self.clip_val, gradient_clip_algorithm="norm")
+                self.clip_gradients(opt.optimizer, gradient_clip_val=self.clip_val, gradient_clip_algorithm="norm")
             opt.step()
             self.after_optimizer_step()
         sched.step()
@@ -220,7 +215,8 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
 
     def flush_step_losses(self) -> None:
         """Log the batches' losses to the run's loggers: one transfer for the epoch."""
-        self.step_losses.log_to(self.loggers, self.trainer.log_every_n_steps)
+        # Lightning's logger connector sets Trainer.log_every_n_steps; the class does not declare it.
+        self.step_losses.log_to(self.loggers, self.trainer.log_every_n_steps)  # type: ignore[attr-defined]
 
     def on_validation_start(self) -> None:
         PROCESS.open("dev")  # a dev evaluation inside the fit: its own phase of the cell's time
@@ -255,7 +251,7 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         self._check_framing()
 
     def _check_framing(self) -> None:
-        framing = self.trainer.datamodule.framing
+        framing = require_datamodule(self.trainer).framing
         if framing != self.framing:
             raise ValueError(
                 f"{type(self).__name__} reads data.framing={self.framing} inputs but the data module "

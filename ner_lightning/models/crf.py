@@ -18,13 +18,17 @@ from ner_lightning.data.corpus import LabelSet
 from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.encoder import TransformerEncoder
-from ner_lightning.models.heads import Counts, HeadModule
+from ner_lightning.models.heads import Counts, Head, HeadModule
 from ner_lightning.models.word_grid import host_index
 
 
-class CRFHead(nn.Module):
+class CRFHead(Head):
     """Dropout -> (optional BiLSTM) -> linear emissions -> CRF (``torchcrf``); Viterbi decoding,
-    optionally restricted to valid IOB2 transitions."""
+    optionally restricted to valid IOB2 transitions. No class weights (``fit_counts``: none), no
+    per-word classifier (Viterbi over the whole sentence)."""
+
+    start_ok: Tensor  # valid first tags (buffer)
+    trans_ok: Tensor  # valid tag transitions (buffer)
 
     def __init__(
         self,
@@ -48,9 +52,7 @@ class CRFHead(nn.Module):
         self.register_buffer("start_ok", start_ok, persistent=False)
         self.register_buffer("trans_ok", trans_ok, persistent=False)
 
-    def scores(
-        self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...] | None = None
-    ) -> torch.Tensor:
+    def scores(self, states: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
         """Emissions; ``word_counts`` (words per row, known on the host) spares the BiLSTM asking
         the device for the lengths."""
         states = self.dropout(states)
@@ -69,15 +71,9 @@ class CRFHead(nn.Module):
             states = states.index_select(0, to_back)
         return self.emit(states)
 
-    def fit_counts(self, counts: torch.Tensor) -> None:
-        """The CRF's likelihood has no class weights."""
-
     def loss(self, states: Tensor, labels: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
         tags = labels.clamp(min=0)  # padding words are masked out by the CRF
         return -crf_log_likelihood(self.crf, self.scores(states, word_mask, word_counts), tags, word_mask).mean()
-
-    def per_word_classifier(self) -> None:
-        return None  # Viterbi over the whole sentence, not a per-word argmax
 
     def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
         start, trans = self.crf.start_transitions, self.crf.transitions
@@ -112,7 +108,7 @@ def crf_log_likelihood(crf: CRF, emissions: torch.Tensor, tags: torch.Tensor, ma
     return score - torch.logsumexp(partition, dim=1)
 
 
-class CRFModule(HeadModule):
+class CRFModule(HeadModule[CRFHead]):
     """Encoder -> (optional BiLSTM) -> linear emissions -> CRF."""
 
     def __init__(

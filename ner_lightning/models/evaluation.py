@@ -2,26 +2,47 @@
 predictions of every chunk collected on the device, moved to the host once per epoch,
 reassembled into whole sentences and scored with seqeval (strict and lenient modes) against the
 full gold word sequences of the split — in a multi-corpus run (``models/heads.py``), each
-auxiliary corpus's test set with its own head too. The module provides ``decode(batch)``,
-``_full_precision()``, ``id2label`` and the stores ``_predictions``, ``predictions``,
-``scores``, ``aux_scores`` and ``history``."""
+auxiliary corpus's test set with its own head too. What the module provides is declared on
+:class:`SpanEvaluation`: ``decode(batch)``, ``_full_precision()``, ``id2label`` and the stores."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 
+import pytorch_lightning as pl
 import torch
 from lightning_fabric.utilities.apply_func import move_data_to_device
 
 from ner_lightning.data.alignment import BatchLayout
+from ner_lightning.data.contract import require_datamodule
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.word_grid import host_entries, layout_of, sentences_seen, whole_sentences
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
 
 
-class SpanEvaluation:
+class SpanEvaluation(pl.LightningModule):
     """Lightning's validation and test hooks of a family: collect, reassemble, score, log."""
+
+    # Provided by the module (``NERModule.__init__``):
+    id2label: dict[int, str]
+    train_batches: int
+    scores: dict[str, dict]  # latest span scores per stage
+    history: list[dict]  # dev scores of every validation epoch
+    aux_scores: dict[str, dict]  # test span scores of each auxiliary corpus (multi-corpus)
+    predictions: dict[str, dict[str, list[list[str]]]]  # latest IOB2 tags per stage and corpus
+    _predictions: dict[str, list]  # (decoded output, layout) per batch, on the device
+
+    def decode(self, batch: dict) -> torch.Tensor:
+        """Predicted label ids ``(B, W)`` for the words of each example, on the device (values
+        outside ``word_mask`` are ignored). Decoding never moves data to the host: evaluation
+        collects every batch's output and moves them once per epoch."""
+        raise NotImplementedError
+
+    def _full_precision(self) -> AbstractContextManager:
+        """Autocast off: heads, losses and decoding run in fp32."""
+        return torch.autocast(self.device.type, enabled=False)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._collect("val", batch)
@@ -66,7 +87,7 @@ class SpanEvaluation:
         if self.trainer.sanity_checking:
             return
         collected = self._host_entries(batches)
-        dm, split = self.trainer.datamodule, SPLIT_OF_STAGE[stage]
+        dm, split = require_datamodule(self.trainer), SPLIT_OF_STAGE[stage]
         self.predictions[stage] = {}
         for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
             name = dm.corpus_names[c]
@@ -103,7 +124,8 @@ class SpanEvaluation:
         """Whether Lightning evaluated only some batches of the stage (``fast_dev_run``,
         ``limit_val_batches`` / ``limit_test_batches`` below 1.0)."""
         limit = self.trainer.limit_val_batches if stage == "val" else self.trainer.limit_test_batches
-        return bool(self.trainer.fast_dev_run) or limit != 1.0
+        # Lightning's connectors set Trainer.fast_dev_run at run time; the class does not declare it.
+        return bool(self.trainer.fast_dev_run) or limit != 1.0  # type: ignore[attr-defined]
 
     def id2label_of(self, corpus: str) -> dict[int, str]:
         """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""

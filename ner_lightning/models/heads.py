@@ -13,12 +13,13 @@ auxiliary corpus with that corpus's own labels — and route each batch row to i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Generic, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
+from ner_lightning.data.contract import datamodule_of
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.losses import TokenLoss
@@ -30,24 +31,31 @@ from ner_lightning.models.word_grid import RealWords, host_index, layout_of
 Counts = tuple[int, ...] | None  # words per row, known on the host (spares asking the device)
 
 
-class Head(Protocol):
+class Head(nn.Module):
     """What :class:`HeadModule` asks of a head. ``word_counts``: words per row, known on the host
     (the batch's layout), so no head has to ask the device for lengths."""
 
-    def fit_counts(self, counts: torch.Tensor) -> None:
-        """Training label counts (class weights; a no-op for most heads)."""
+    def scores(self, states: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
+        """Word scores ``(B, W, K)`` of rows ``states (B, W, H)``."""
+        raise NotImplementedError
+
+    def fit_counts(self, counts: Tensor) -> None:
+        """Training label counts (class weights; a no-op here)."""
 
     def loss(self, states: Tensor, labels: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
         """The training loss of rows ``states (B, W, H)`` with ``labels (B, W)``."""
+        raise NotImplementedError
 
-    def decode(self, states: torch.Tensor, word_mask: torch.Tensor, word_counts: tuple[int, ...]) -> torch.Tensor:
+    def decode(self, states: Tensor, word_mask: Tensor, word_counts: tuple[int, ...]) -> Tensor:
         """Label ids ``(B, W)`` on the device."""
+        raise NotImplementedError
 
     def per_word_classifier(self) -> nn.Linear | None:
-        """The linear layer whose per-word argmax is this head's decoding, or None."""
+        """The linear layer whose per-word argmax is this head's decoding, or None (here)."""
+        return None
 
 
-class SoftmaxHead(nn.Module):
+class SoftmaxHead(Head):
     """Dropout + linear scores ``(B, W, K)``; ``token_loss(logits (N, K), targets (N,), sentence)``
     over the real words only; decoding is the per-word argmax."""
 
@@ -57,7 +65,7 @@ class SoftmaxHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, len(label_set))
 
-    def scores(self, states: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+    def scores(self, states: Tensor, word_mask: Tensor, word_counts: Counts = None) -> Tensor:
         return self.classifier(self.dropout(states))
 
     def fit_counts(self, counts: torch.Tensor) -> None:
@@ -77,7 +85,10 @@ class SoftmaxHead(nn.Module):
         return self.classifier
 
 
-class HeadModule(NERModule):
+H = TypeVar("H", bound=Head)
+
+
+class HeadModule(NERModule, Generic[H]):
     """A family that is one head over the shared encoder's word states, with one head per corpus.
 
     ``heads["main"]`` scores the main corpus; a multi-corpus data module
@@ -92,7 +103,7 @@ class HeadModule(NERModule):
         self,
         encoder: TransformerEncoder,
         label_set: LabelSet,
-        make_head: Callable[[LabelSet], Head],
+        make_head: Callable[[LabelSet], H],
         aux_label_sets: dict[str, LabelSet] | None,
         **settings: Unpack[FamilySettings],
     ):
@@ -104,15 +115,19 @@ class HeadModule(NERModule):
         self.epoch_losses: dict[str, list[torch.Tensor]] = {}
 
     @property
-    def head(self) -> nn.Module:
+    def head(self) -> H:
         """The main corpus's head."""
-        return self.heads[MAIN]
+        return self.head_of(MAIN)
+
+    def head_of(self, corpus: str) -> H:
+        """``corpus``'s head (every entry of ``heads`` is one ``make_head`` built)."""
+        return cast(H, self.heads[corpus])
 
     def per_word_classifier(self) -> nn.Linear | None:
         return self.head.per_word_classifier()
 
     def setup(self, stage: str) -> None:
-        dm = self.trainer.datamodule if self._trainer is not None else None
+        dm = datamodule_of(self._trainer)
         if dm is None:
             return
         trained = dm.corpus_names
@@ -121,9 +136,8 @@ class HeadModule(NERModule):
                 f"the model has heads for corpora {self.corpus_names} but the data module trains "
                 f"{trained}: build the module with the data module's aux_label_sets"
             )
-        self.head.fit_counts(dm.label_counts())
-        for name in self.corpus_names[1:]:
-            self.heads[name].fit_counts(dm.aux_label_counts(name))
+        for name in self.corpus_names:
+            self.head_of(name).fit_counts(dm.label_counts(name))
 
     def _rows(self, batch: dict) -> list[tuple[str, torch.Tensor | None, tuple[int, ...]]]:
         """(corpus name, its rows' indices or None for all rows, words per row) of each corpus
@@ -147,9 +161,9 @@ class HeadModule(NERModule):
         total = states.new_zeros(())
         for name, rows, words in self._rows(batch):
             if rows is None:
-                loss, share = self.heads[name].loss(states, labels, mask, words), 1.0
+                loss, share = self.head_of(name).loss(states, labels, mask, words), 1.0
             else:
-                loss = self.heads[name].loss(states[rows], labels[rows], mask[rows], words)
+                loss = self.head_of(name).loss(states[rows], labels[rows], mask[rows], words)
                 share = len(words) / mask.size(0)
             total = total + share * loss
             self.epoch_losses.setdefault(name, []).append(loss.detach())  # no host sync per step
@@ -160,10 +174,10 @@ class HeadModule(NERModule):
         parts = self._rows(batch)
         if len(parts) == 1:
             name, _, words = parts[0]
-            return self.heads[name].decode(states, mask, words)
+            return self.head_of(name).decode(states, mask, words)
         out = torch.zeros(mask.shape, dtype=torch.long, device=mask.device)
         for name, rows, words in parts:
-            out[rows] = self.heads[name].decode(states[rows], mask[rows], words)
+            out[rows] = self.head_of(name).decode(states[rows], mask[rows], words)
         return out
 
     def on_train_epoch_start(self) -> None:
@@ -177,8 +191,8 @@ class HeadModule(NERModule):
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
         if len(self.corpus_names) > 1:
-            for name in self.epoch_losses:
-                self.log(f"train/loss_{name}", self.epoch_loss(name))
+            for name, losses in self.epoch_losses.items():
+                self.log(f"train/loss_{name}", torch.stack(losses).mean())
 
     def id2label_of(self, corpus: str) -> dict[int, str]:
         return self.label_sets[corpus].id2label

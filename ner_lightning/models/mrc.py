@@ -23,6 +23,7 @@ from torch import nn
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.alignment import SPAN_TAGS, BatchLayout
+from ner_lightning.data.contract import datamodule_of
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.losses import TokenLoss
@@ -58,8 +59,9 @@ class MRCModule(NERModule):
     def setup(self, stage: str) -> None:
         """Weighted losses see the binary decision's counts: [negatives, positives] — words inside
         an entity of the queried type (tagger), or spans (pointer: as many starts as ends)."""
-        if self.trainer is not None and self.trainer.datamodule:
-            counts = self.trainer.datamodule.label_counts()
+        dm = datamodule_of(self._trainer)
+        if dm is not None:
+            counts = dm.label_counts()
             positive = counts[1:].sum() if self.head == "tagger" else counts[_B] + counts[_S]
             self.token_loss.fit_counts(torch.stack([counts.sum() - positive, positive]))
 

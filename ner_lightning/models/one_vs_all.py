@@ -13,6 +13,8 @@ schedule stepped once per batch, α ascended after each step).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,7 +22,6 @@ from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm
-from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import FamilySettings, Step
 from ner_lightning.models.encoder import TransformerEncoder
 
@@ -33,7 +34,7 @@ def prefix_groups(labels: list[str]) -> list[list[int]]:
     return [g for g in groups if g]
 
 
-class OneVsAllModule(AUCMinMax, NERModule):
+class OneVsAllModule(AUCMinMax):
     def __init__(
         self,
         encoder: TransformerEncoder,
@@ -69,7 +70,12 @@ class OneVsAllModule(AUCMinMax, NERModule):
 
     def auc_loss(self, s: torch.Tensor, y: torch.Tensor, labels: list[int]) -> torch.Tensor:
         """Σ_{k in labels} AUC_M(label k vs rest) (eq. 1)."""
-        return sum(aucm(self.auc[k], s[:, k], (y == k).long()) for k in labels)
+        terms = self.auc_terms()
+        return sum((aucm(terms[k], s[:, k], (y == k).long()) for k in labels), s.new_zeros(()))
+
+    def group_loss(self, batch: dict, labels: list[int]) -> torch.Tensor:
+        """:meth:`auc_loss` of ``labels`` on a fresh forward pass of ``batch`` (one optimiser step)."""
+        return self.auc_loss(*self.label_scores(batch), labels)
 
     def training_loss(self, batch: dict) -> torch.Tensor:
         s, y = self.label_scores(batch)
@@ -94,5 +100,5 @@ class OneVsAllModule(AUCMinMax, NERModule):
         steps = []
         for labels in self.step_groups():
             self.label_steps.append(labels)
-            steps.append(Step("auc", lambda labels=labels: self.auc_loss(*self.label_scores(batch), labels)))
+            steps.append(Step("auc", functools.partial(self.group_loss, batch, labels)))
         return steps

@@ -5,12 +5,18 @@ from ``last.ckpt`` goes on as the uninterrupted fit would."""
 
 from __future__ import annotations
 
+import pytorch_lightning as pl
+
 from ner_lightning.checkpoint_io import rng_states, set_rng_states
 
 
-class ResumeState:
-    """Lightning's checkpoint hooks of a family; the module provides ``history``,
-    ``train_batches`` and ``forward_passes``."""
+class ResumeState(pl.LightningModule):
+    """Lightning's checkpoint hooks of a family."""
+
+    # Provided by the module (``NERModule.__init__``):
+    history: list[dict]  # dev scores of every validation epoch
+    train_batches: int
+    forward_passes: int
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["ner_lightning"] = {

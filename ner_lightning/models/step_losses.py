@@ -24,7 +24,7 @@ class StepLosses:
     """This epoch's :class:`StepLoss` records; a batch's loss is the sum of its steps' (OVA-AUC's B,
     I and O steps, COMAUC-2T's CE and AUC steps)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.steps: list[StepLoss] = []
         self._checked = 0  # records already found finite
 

@@ -14,7 +14,7 @@ from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.heads import HeadModule, SoftmaxHead
 
 
-class TokenClassificationModule(HeadModule):
+class TokenClassificationModule(HeadModule[SoftmaxHead]):
     """Linear head over word states (:class:`~ner_lightning.models.heads.SoftmaxHead`);
     ``token_loss(logits (N, K), targets (N,), sentence)`` is any ``ner_lightning.losses`` loss
     (ce, wce1, wce2, focal, dice, mom), a copy of it per corpus.

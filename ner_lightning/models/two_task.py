@@ -28,7 +28,6 @@ from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.models.auc import AUCMinMax, auc_losses, aucm, masked_aucm
-from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import FamilySettings, Step
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.optim import set_pdsca_phase
@@ -58,7 +57,7 @@ def bio_log_probs(entity_logit: torch.Tensor, begin_logit: torch.Tensor) -> torc
     return torch.stack([log_not_e, log_e + log_b, log_e + log_not_b], dim=-1)
 
 
-class TwoTaskModule(AUCMinMax, NERModule):
+class TwoTaskModule(AUCMinMax):
     untyped_spans = True  # Algorithm 1 decodes B/I/O of one entity type
 
     def __init__(
@@ -146,7 +145,8 @@ class TwoTaskModule(AUCMinMax, NERModule):
 
     def auc_loss(self, s: torch.Tensor, entity: torch.Tensor, begin: torch.Tensor) -> torch.Tensor:
         """Eq. 4: AUC_M(entity) + λ·AUC_M(begin) on real words only (boolean-indexed)."""
-        return aucm(self.auc[0], s[:, 0], entity) + self.lam * aucm(self.auc[1], s[:, 1], begin)
+        entity_term, begin_term = self.auc_terms()
+        return aucm(entity_term, s[:, 0], entity) + self.lam * aucm(begin_term, s[:, 1], begin)
 
     def decode(self, batch: dict) -> torch.Tensor:
         s = self.task_scores(self.word_states(batch))
@@ -171,8 +171,9 @@ class TwoTaskModule(AUCMinMax, NERModule):
                 s[..., 0], entity.float(), reduction="none"
             ) + self.lam * F.binary_cross_entropy(s[..., 1], begin.float(), reduction="none")
             return (bce * keep).sum() / keep.sum()
-        return masked_aucm(self.auc[0], s[..., 0], entity, keep) + self.lam * masked_aucm(
-            self.auc[1], s[..., 1], begin, keep
+        entity_term, begin_term = self.auc_terms()
+        return masked_aucm(entity_term, s[..., 0], entity, keep) + self.lam * masked_aucm(
+            begin_term, s[..., 1], begin, keep
         )
 
     def decode_scores(self, scores: torch.Tensor) -> torch.Tensor:
