@@ -11,11 +11,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping
 
-from ner_lightning.data.datamodule import MAIN
+from ner_lightning.data.datamodule import MAIN, LowResourceDataModule
 from ner_lightning.hardware import trainer_precision
+from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import ScheduleOwner
 from ner_lightning.models.heads import build_family
 from ner_lightning.results import grid_keys
+from ner_lightning.settings import as_dict
 
 log = logging.getLogger("ner_lightning")
 
@@ -51,19 +53,17 @@ def check_protocol(cfg: DictConfig) -> None:
         )
 
 
-def build_module(cfg: DictConfig, encoder, datamodule) -> pl.LightningModule:
+def build_module(cfg: DictConfig, encoder, datamodule: LowResourceDataModule) -> NERModule:
     """The objective family of ``cfg.loss`` with a head for each corpus of the data module."""
     return build_family(cfg.loss, encoder, {MAIN: datamodule.label_set, **datamodule.aux_label_sets})
 
 
-def build_datamodule(cfg: DictConfig, tokenizer) -> pl.LightningDataModule:
+def build_datamodule(cfg: DictConfig, tokenizer) -> LowResourceDataModule:
     """``data``'s data module; under a multi-corpus scheme, ``multitask.datamodule`` built with
     every ``data`` key on top of its own (the main corpus exactly as a single-corpus run has it)."""
     if cfg.multitask.get("datamodule") is None:
         return instantiate(cfg.data, tokenizer=tokenizer)
-    data = OmegaConf.to_container(cfg.data, resolve=True)
-    assert isinstance(data, dict)
-    main = {str(k): v for k, v in data.items() if k not in ("_target_", "tokenizer")}
+    main = {k: v for k, v in as_dict(cfg.data, resolve=True).items() if k not in ("_target_", "tokenizer")}
     return instantiate(cfg.multitask.datamodule, tokenizer=tokenizer, **main)
 
 

@@ -15,10 +15,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.build import build_datamodule, build_module, build_trainer, check_protocol, overrides
+from ner_lightning.callbacks.checkpointing import selecting_checkpoint
 from ner_lightning.cell_log import log_model, log_partition, log_result
 from ner_lightning.clock import PROCESS
+from ner_lightning.data.datamodule import LowResourceDataModule
 from ner_lightning.export import export_model, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap
+from ner_lightning.models.base import NERModule
 from ner_lightning.precision import recorded
 from ner_lightning.results import (
     CellResult,
@@ -28,7 +31,7 @@ from ner_lightning.results import (
     grid_keys,
     write_json_atomic,
 )
-from ner_lightning.settings import RunSettings, run_settings
+from ner_lightning.settings import RunSettings, as_dict, run_settings
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import code_version
 from ner_lightning.wandb_logging import log_prediction_tables, summarise_wandb
@@ -40,7 +43,7 @@ class Progress:
     """Where a cell's training is, for the record an interrupted or failed cell leaves: the
     Trainer of the run under way (the last one of a tuning trial or SingleAux cell)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.trainer: pl.Trainer | None = None
 
     def follow(self, trainer: pl.Trainer) -> None:
@@ -75,14 +78,14 @@ class Cell:
 class CellRun:
     """What :func:`setup_cell` builds for a cell's fit."""
 
-    datamodule: pl.LightningDataModule
+    datamodule: LowResourceDataModule
     partition: dict
-    module: pl.LightningModule
+    module: NERModule
     trainer: pl.Trainer
     callbacks: list
     loggers: list
     lockstep: dict | None = None  # the group a lockstep cell trained in (``lockstep_fit``)
-    carried: dict | None = None  # seconds by phase spent for it before its end (its share of a group's fit)
+    carried: dict[str, float] = field(default_factory=dict)  # seconds by phase spent for it before its end
 
 
 def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
@@ -120,7 +123,7 @@ def fit_and_finish(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | Non
     cell.progress.follow(run.trainer)
     with PROCESS.phase("train"):  # dev evaluations and checkpoint writes are charged to their own phases
         run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=str(resume) if resume else None)
-    checkpoint = run.trainer.checkpoint_callback
+    checkpoint = selecting_checkpoint(run.trainer)
     ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
     return finish_cell(cfg, cell, run, resume, ckpt)
 
@@ -152,9 +155,9 @@ def finish_cell(
             log.info("%s | exported: python -m ner_lightning.predict %s INPUT", cell.prefix, folder)
         spent = PROCESS.take()
         phases = {**spent["phases"], "unaccounted": spent["unaccounted"]}
-        for name, seconds in (run.carried or {}).items():
+        for name, seconds in run.carried.items():
             phases[name] = round(phases.get(name, 0.0) + seconds, 3)
-        wall = spent["wall_s"] + sum((run.carried or {}).values())
+        wall = spent["wall_s"] + sum(run.carried.values())
         result.phase_s = phases
         result.attempts, result.wall_time_s = cells.attempts(out_dir, round(wall, 2))
         result.write(out_dir / "results.json")
@@ -212,7 +215,8 @@ def cell_result(
     record = module.record()
     epochs, steps = position or (trainer.current_epoch, trainer.global_step)
     best = best_epoch(record.history, settings.monitor) if record.history else None
-    if record.history and trainer.checkpoint_callback is not None and trainer.checkpoint_callback.monitor is None:
+    checkpoint = selecting_checkpoint(trainer)
+    if record.history and checkpoint is not None and checkpoint.monitor is None:
         best = record.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
     return assemble_result(
         dict(
@@ -243,7 +247,7 @@ def cell_result(
             precision={
                 "train": str(trainer.precision),
                 "eval": record.eval_precision or str(trainer.precision),
-                "measured": recorded(str(cfg.trainer.accelerator), OmegaConf.to_container(cfg.model, resolve=True)),
+                "measured": recorded(str(cfg.trainer.accelerator), as_dict(cfg.model, resolve=True)),
             },
             identity=cell.identity,
             code=code_version(),

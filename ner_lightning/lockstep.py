@@ -91,7 +91,7 @@ class LockstepGroup:
     its module (for its evaluation, checkpoint and export as if it had trained alone)."""
 
     def __init__(self, modules: Sequence[NERModule], total_steps: int, clip_norm: float | None = None):
-        refusals = {m.lockstep_refusal() for m in modules} - {None}
+        refusals = {why for m in modules if (why := m.lockstep_refusal()) is not None}
         if refusals:
             raise ValueError(f"these cells cannot train in lockstep: {'; '.join(sorted(refusals))}")
         if len({type(m) for m in modules}) != 1:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ner_lightning.cell import Cell, CellRun
 from ner_lightning.clock import PROCESS
@@ -36,6 +36,7 @@ from ner_lightning.lockstep import LockstepGroup, stack_batches
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.word_grid import host_entries, layout_of
 from ner_lightning.protocols import protocol_of
+from ner_lightning.settings import as_dict
 
 log = logging.getLogger("ner_lightning")
 
@@ -96,8 +97,7 @@ def _selection(cfg: DictConfig) -> tuple[str | None, dict | None]:
     checkpoint = callbacks.get("model_checkpoint")
     monitor = checkpoint.get("monitor") if checkpoint is not None else cfg.monitor
     stopping = callbacks.get("early_stopping")
-    rule = OmegaConf.to_container(stopping, resolve=True) if stopping is not None else None
-    return monitor, rule
+    return monitor, as_dict(stopping, resolve=True) if stopping is not None else None
 
 
 def fit_group(members: list[Member]) -> None:

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep_fit import Member, config_refusal, fit_group
 from ner_lightning.run import close_member, open_member
+from ner_lightning.settings import as_dict
 from ner_lightning.sweep.launchers import ParallelLauncher, log_progress
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
 from ner_lightning.sweep.workers import Job, WorkerPool
@@ -42,7 +43,7 @@ GROUPED_KEYS = ("partition", "init_seed")  # what may differ between the cells o
 
 def group_key(config: DictConfig) -> str:
     """The cell's config without what a group's cells may differ in (and without Hydra's node)."""
-    task = OmegaConf.to_container(config, resolve=False)
+    task = as_dict(config, resolve=False)
     for key in ("hydra", *GROUPED_KEYS):
         task.pop(key, None)
     return json.dumps(task, sort_keys=True, default=str)
@@ -56,11 +57,11 @@ def plan_groups(
     by_key: dict[str, list[Job]] = {}
     planned: list[tuple[list[Job], str | None]] = []
     for job in jobs:
-        why = refusal(job.config)
+        why = refusal(job.composed())
         if why is not None:
             planned.append(([job], why))
             continue
-        by_key.setdefault(group_key(job.config), []).append(job)
+        by_key.setdefault(group_key(job.composed()), []).append(job)
     for alike in by_key.values():
         for start in range(0, len(alike), cells_per_group):
             chunk = alike[start : start + cells_per_group]
@@ -73,6 +74,11 @@ def plan_groups(
                 )
             )
     return planned
+
+
+def _closing(member: Member) -> Callable[[DictConfig], object]:
+    """The task function that ends ``member``'s cell as its Hydra job."""
+    return lambda cfg: close_member(member)
 
 
 @dataclass
@@ -113,7 +119,7 @@ class LockstepTasks:
         return run_job(
             hydra_context=self.hydra_context,
             task_function=task,
-            config=job.config,
+            config=job.composed(),
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
         )
@@ -152,7 +158,7 @@ class LockstepTasks:
         stop = None
         for job, member in members:
             try:
-                returns[job.index] = self._job(job, lambda cfg, member=member: close_member(member))
+                returns[job.index] = self._job(job, _closing(member))
             except SystemExit as interrupted:  # every cell of the group records it before the sweep stops
                 stop = interrupted.code
                 returns[job.index] = JobReturn(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -86,3 +86,11 @@ def run_settings(cfg: DictConfig) -> RunSettings:
     settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunSettings), values))
     assert isinstance(settings, RunSettings)
     return settings
+
+
+def as_dict(node: DictConfig, *, resolve: bool, throw_on_missing: bool = False) -> dict[str, Any]:
+    """A config mapping as plain containers (``OmegaConf.to_container``), typed as the dict it is."""
+    plain = OmegaConf.to_container(node, resolve=resolve, throw_on_missing=throw_on_missing)
+    if not isinstance(plain, dict):
+        raise TypeError(f"expected a config mapping, got {type(plain).__name__}: {plain!r:.80}")
+    return cast(dict[str, Any], plain)

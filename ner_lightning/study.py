@@ -54,6 +54,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ner_lightning import registration
 from ner_lightning.report.claim_spec import family_directions, load_claims, scored_metric
@@ -179,6 +180,7 @@ def replay_study(path: Path, folder: Path) -> dict:
     a deviations file (``FILE.deviations.yaml``) — and the registration's proof and rule."""
     settings, claims = load_claims(path)
     plan, recorded = _plan_and_record(path, folder / RECORD, False, True)
+    assert recorded is not None  # _plan_and_record refuses a replay without a record
     as_run_scoring = recorded.get("scoring", "as_written")  # records from before the scorer was applied
     count = len(recorded["looks"])
     judged = {"claims_file": str(path), "plan": plan, "scoring": as_run_scoring, "looks": [], "verdicts": {}}
@@ -189,7 +191,7 @@ def replay_study(path: Path, folder: Path) -> dict:
             f"{recorded['verdicts']}: the cells changed since the study ran"
         )
     deviations = read_deviations(path)
-    record = {"claims_file": str(path), "plan": plan, "scoring": SCORING, "looks": [], "verdicts": {}}
+    record: dict[str, Any] = {"claims_file": str(path), "plan": plan, "scoring": SCORING, "looks": [], "verdicts": {}}
     run_looks(
         record,
         settings,

@@ -14,6 +14,12 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 HOLDING: WeakKeyDictionary = WeakKeyDictionary()  # trainer -> the BestCheckpoints holding writes for it
 
 
+def selecting_checkpoint(trainer: pl.Trainer) -> ModelCheckpoint | None:
+    """The Trainer's checkpoint callback that selects the weights a cell tests, if any."""
+    ckpt = trainer.checkpoint_callback
+    return ckpt if isinstance(ckpt, ModelCheckpoint) else None
+
+
 class BestCheckpoint(ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` (``best.ckpt``: the weights selected on dev) whose writes
     wait in memory, a copy of the checkpoint, until the resume checkpoint is written

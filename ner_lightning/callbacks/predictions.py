@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import ModelCheckpoint
 
+from ner_lightning.callbacks.checkpointing import selecting_checkpoint
 from ner_lightning.data.column_files import write_conll
 from ner_lightning.data.contract import require_datamodule
 from ner_lightning.results import best_epoch
@@ -30,8 +30,8 @@ class PredictionWriter(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module) -> None:
         if trainer.sanity_checking or "val" not in pl_module.predictions or not pl_module.history:
             return
-        ckpt = trainer.checkpoint_callback
-        monitor = ckpt.monitor if isinstance(ckpt, ModelCheckpoint) else None
+        ckpt = selecting_checkpoint(trainer)
+        monitor = ckpt.monitor if ckpt is not None else None
         if monitor is None or best_epoch(pl_module.history, monitor) is pl_module.history[-1]:
             self._write(trainer, pl_module.predictions["val"], "dev")
 

@@ -12,6 +12,8 @@ from typing import NamedTuple, Protocol, TypedDict
 import pytorch_lightning as pl
 import torch
 
+from ner_lightning.models.encoder import TransformerEncoder
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainingRecord:
@@ -75,6 +77,8 @@ class Stackable(Protocol):
     padded fp32 batch from fixed-shape operations only (no packing, no host reads), so
     ``torch.func.vmap`` runs the cells of a group as one model; their decoding; what moves
     outside the optimiser."""
+
+    encoder: TransformerEncoder  # the backbone (a group runs its attention as plain matmuls)
 
     def padded_scores(self, batch: dict) -> torch.Tensor: ...
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 import matplotlib.ticker
@@ -23,8 +24,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ner_lightning.report.runs import group, labels, lookup, sort_key  # noqa: E402
-from ner_lightning.report.stats import bootstrap_mean  # noqa: E402
+from ner_lightning.report.stats import Estimate, bootstrap_mean  # noqa: E402
 from ner_lightning.report.tables import paired_values, values  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.typing import ColorType  # matplotlib 3.8+
 
 FIXED = {"size", "partition", "seed", "init_seed", "loss", "model", "dataset", "experiment", "hydra.sweep.dir"}
 
@@ -52,7 +56,7 @@ def _label(metric: str) -> str:
     return metric.replace("test.", "test ").replace("dev.", "dev ").replace(".", " ")
 
 
-def _points(rs, x_key, x_at, metric, resamples, seed) -> list[tuple[float, object]]:
+def _points(rs, x_key, x_at, metric, resamples, seed) -> list[tuple[float, Estimate]]:
     """(x, bootstrap estimate of ``metric``) per value of ``x_key``. With ``x_at``, every value of
     ``x_key`` (unset included) is placed at the mean of ``x_at`` over its runs, e.g. the measured
     entity-token share of the nominal shares 1 %, 2 % … and of the original distribution."""
@@ -106,33 +110,39 @@ def metric_vs(
             highs = [p[1].high if p[1].n > 1 else p[1].mean for p in pts]
             ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15)
             ref = {float(k): float(v) for k, v in (references.get(method[0]) or {}).items()}
-            if ref:
-                ticks.update(ref)
-                ax.plot(
-                    sorted(ref),
-                    [ref[k] for k in sorted(ref)],
-                    ls=":",
-                    marker="o",
-                    mfc="none",
-                    color=line.get_color(),
-                    lw=0.8,
-                )
+            ticks.update(ref)
+            _reference_markers(ax, ref, line.get_color())
     if references:
         ax.plot([], [], ls=":", marker="o", mfc="none", color="gray", label=f"{reference_label} (hollow)")
     if log_x:
-        ax.set_xscale("log")
-        ordered = sorted(ticks)
-        shown_ticks = [t for i, t in enumerate(ordered) if i == 0 or t > 1.05 * ordered[i - 1]]
-        ax.set_xticks(shown_ticks, [f"{t:g}" for t in shown_ticks])  # one label where rows sit a hair apart
-        ax.minorticks_off()
+        _log_x_ticks(ax, ticks)
     ax.set_xlabel(x_label or x_key)
     ax.set_ylabel(_label(metrics[-1]) if len(metrics) == 1 else "F1")
     ax.set_title(
         f"{', '.join(map(_label, metrics))} vs {x_label or x_key} (mean, 95% bootstrap CI over partitions)", fontsize=9
     )
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if references else {}))
+    if references:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=7)
     return save(fig, out, name)
+
+
+def _reference_markers(ax, ref: dict[float, float], color: ColorType) -> None:
+    """A paper's reported values ``{x: value}`` as hollow markers on a dotted line."""
+    if ref:
+        xs = sorted(ref)
+        ax.plot(xs, [ref[x] for x in xs], ls=":", marker="o", mfc="none", color=color, lw=0.8)
+
+
+def _log_x_ticks(ax, ticks: set[float]) -> None:
+    """A log x axis labelled at the measured positions, one label where rows sit a hair apart."""
+    ax.set_xscale("log")
+    ordered = sorted(ticks)
+    shown = [t for i, t in enumerate(ordered) if i == 0 or t > 1.05 * ordered[i - 1]]
+    ax.set_xticks(shown, [f"{t:g}" for t in shown])
+    ax.minorticks_off()
 
 
 def per_type_bars(runs, method_key, size, out) -> list[Path]:

@@ -20,7 +20,7 @@ from ner_lightning.report.runs import (
     partition_label,
     sort_key,
 )
-from ner_lightning.report.stats import Comparison, bootstrap_mean, holm, paired_compare
+from ner_lightning.report.stats import Comparison, Estimate, bootstrap_mean, holm, paired_compare
 
 
 def values(runs: list[dict], metric: str) -> list[float]:
@@ -200,33 +200,31 @@ def paper_table(
         return buf.getvalue().rstrip("\n")
     latex = fmt == "latex"
 
-    def cell(m, col):
+    def cell(m: str, col: str) -> str:
         e = est.get((m, col))
-        if e is None or e.n == 0:
-            return "–"
-        text, se = f"{e.mean:.4f}", _num(e.se)
-        r = rank.get((m, col))
-        if latex:
-            text = {0: f"\\textbf{{{text}}}", 1: f"\\underline{{{text}}}"}.get(r, text) + f"$_{{{se}}}$"
-            return text + ("$^\\dagger$" if marks.get((m, col)) else "")
-        text = {0: f"**{text}**", 1: f"<u>{text}</u>"}.get(r, text) + f"<sub>{se}</sub>"
-        return text + (" †" if marks.get((m, col)) else "")
+        return _table_cell(e, rank.get((m, col)), bool(marks.get((m, col))), latex) if e is not None else "–"
 
+    head = [method_key] + [f"{column_key}={c}" for c in columns]
     if latex:
-        lines = [
-            "\\begin{tabular}{l" + "r" * len(columns) + "}",
-            "\\toprule",
-            " & ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " \\\\",
-            "\\midrule",
-        ]
+        lines = ["\\begin{tabular}{l" + "r" * len(columns) + "}", "\\toprule", " & ".join(head) + " \\\\", "\\midrule"]
         lines += [" & ".join([m.replace("_", "\\_")] + [cell(m, c) for c in columns]) + " \\\\" for m in methods]
         return "\n".join(lines + ["\\bottomrule", "\\end{tabular}"])
-    lines = [
-        "| " + " | ".join([method_key] + [f"{column_key}={c}" for c in columns]) + " |",
-        "|" + "---|" * (len(columns) + 1),
-    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (len(columns) + 1)]
     lines += ["| " + " | ".join([m] + [cell(m, c) for c in columns]) + " |" for m in methods]
     return "\n".join(lines)
+
+
+def _table_cell(e: Estimate, rank: int | None, marked: bool, latex: bool) -> str:
+    """A :func:`paper_table` cell: mean with its SE, bold if first, underlined if second, † if
+    it differs from the baseline."""
+    if e.n == 0:
+        return "–"
+    text, se = f"{e.mean:.4f}", _num(e.se)
+    if latex:
+        text = {0: f"\\textbf{{{text}}}", 1: f"\\underline{{{text}}}"}.get(rank, text) if rank is not None else text
+        return text + f"$_{{{se}}}$" + ("$^\\dagger$" if marked else "")
+    text = {0: f"**{text}**", 1: f"<u>{text}</u>"}.get(rank, text) if rank is not None else text
+    return text + f"<sub>{se}</sub>" + (" †" if marked else "")
 
 
 def corpus_average_table(runs: list[dict], by: list[str], metric: str, over: str, resamples: int, seed: int) -> str:

@@ -27,7 +27,9 @@ import sysconfig
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from ner_lightning.settings import as_dict
 
 # Top-level keys and key names (anywhere) that say where a cell runs, not what it computes.
 WHERE_TOP = ("paths", "group", "run_name", "tags", "logger", "runtime", "hydra")
@@ -175,9 +177,7 @@ def settings(resolved: dict) -> dict:
 def cell_identity(cfg: DictConfig) -> dict:
     """``sha256`` (the cell's identity), ``settings_sha256`` and ``inputs`` of a completed config
     (``config.complete_config``) inside Hydra's runtime."""
-    resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    assert isinstance(resolved, dict)
-    return identity_of(resolved)
+    return identity_of(as_dict(cfg, resolve=True))
 
 
 def identity_of(resolved: dict) -> dict:

@@ -45,11 +45,10 @@ def log_progress(returns: list[JobReturn], total: int, elapsed: float) -> None:
 
 
 class LocalLauncher(Launcher):
-    def __init__(self) -> None:
-        super().__init__()
-        self.config: DictConfig | None = None
-        self.task_function: TaskFunction | None = None
-        self.hydra_context: HydraContext | None = None
+    # Set by setup(), which Hydra calls before launch():
+    config: DictConfig
+    task_function: TaskFunction
+    hydra_context: HydraContext
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function

@@ -79,14 +79,15 @@ class RecordingLauncher(Launcher):
         launched = iter(self.launcher.launch(todo, initial_job_idx) if todo else [])
         returns = []
         for k, cell in enumerate(trials):
-            if done[k] is None:
+            finished = done[k]
+            if finished is None:
                 returns.append(next(launched))
             else:
                 returns.append(
                     JobReturn(
                         overrides=list(cell["overrides"]),
                         status=JobStatus.COMPLETED,
-                        _return_value=done[k]["value"],
+                        _return_value=finished["value"],
                         working_dir=str(self.sweep_dir / cell["dir"]),
                     )
                 )
@@ -98,7 +99,9 @@ class OptunaSweeper(HydraOptunaSweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self.sweeper.launcher = RecordingLauncher(self.sweeper.launcher, hydra_context, config)
+        launcher = self.sweeper.launcher
+        assert launcher is not None  # Optuna's setup above instantiated it
+        self.sweeper.launcher = RecordingLauncher(launcher, hydra_context, config)
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
 
     def sweep(self, arguments: list[str]) -> None:

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.config import complete_config, label_scheme_needed
 from ner_lightning.results import write_json_atomic
+from ner_lightning.settings import as_dict
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.composing import ComposedOnce
 from ner_lightning.sweep.identity import identity_of, why_different
@@ -52,7 +53,7 @@ def expand_grid(overrides: list[Override]) -> list[list[str]]:
             axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
             raise HydraException(
-                f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type.name} "
+                f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type} "
                 f"({key}): use hydra/sweeper=optuna for intervals"
             )
     return [list(job) for job in itertools.product(*axes.values())]
@@ -73,8 +74,8 @@ def describe_cell(
     HydraConfig.instance().set_config(sweep_config)
     try:
         subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
-        job = OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
-        resolved = OmegaConf.to_container(complete_config(job), resolve=True, throw_on_missing=False)
+        job = OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
+        resolved = as_dict(complete_config(job), resolve=True)
         ident = identity_of(resolved)
     finally:
         HydraConfig.instance().cfg = saved
@@ -101,6 +102,11 @@ class GridSweeper(Sweeper):
     """Hydra's grid semantics on Hydra's public ``Sweeper`` interface, with the manifest and resume
     described above."""
 
+    # Set by setup(), which Hydra calls before sweep():
+    hydra_context: HydraContext
+    config: DictConfig
+    launcher: Launcher
+
     def __init__(
         self,
         max_batch_size: int | None = None,
@@ -115,9 +121,6 @@ class GridSweeper(Sweeper):
             )
         self.max_batch_size, self.params, self.resume = max_batch_size, dict(params or {}), resume
         self.common_labels = common_labels
-        self.hydra_context: HydraContext | None = None
-        self.config: DictConfig | None = None
-        self.launcher: Launcher | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         hydra_context = HydraContext(

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import cloudpickle
 from hydra.core.singleton import Singleton
@@ -59,6 +59,12 @@ class Job:
     index: int
     overrides: list[str]
     config: DictConfig | None = None
+
+    def composed(self) -> DictConfig:
+        """Its sweep config, for a launcher that composed it (to plan by it) before running it."""
+        if self.config is None:
+            raise ValueError(f"cell {self.index} ({' '.join(self.overrides)}) has no composed config")
+        return self.config
 
 
 class TaskRunner(Protocol):
@@ -140,11 +146,13 @@ class WorkerPool:
     ) -> list[list[JobReturn]]:
         """Each task (its cells) run on a worker; its cells' returns, in the order of ``jobs``;
         ``on_return`` sees each cell's return as its task ends."""
-        pending, returns = deque(range(len(jobs))), [None] * len(jobs)
+        pending = deque(range(len(jobs)))
+        returns: list[list[JobReturn]] = [[] for _ in jobs]
         folder = Path(tempfile.mkdtemp(prefix="ner_lightning_workers_"))
         self.shared_file = folder / "shared.pkl"
         self.shared_file.write_bytes(self.shared)
-        workers, exit_code = [], None
+        workers: list[Worker] = []
+        exit_code: int | None = None
         try:
             workers = [self._start() for _ in range(min(self.n, len(jobs)))]
             while pending or any(w.job is not None for w in workers):
@@ -152,20 +160,20 @@ class WorkerPool:
                     if w.job is None and pending and exit_code is None:
                         w.job = pending.popleft()
                         w.conn.send(jobs[w.job])
-                busy = [w for w in workers if w.job is not None]
+                busy = [(w, w.job) for w in workers if w.job is not None]
                 if not busy:
                     break
-                wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
-                for w in busy:
+                wait([w.conn for w, _ in busy] + [w.process.sentinel for w, _ in busy])
+                for w, pos in busy:
                     message = self._receive(w)
                     if message is None:
                         continue
                     kind, value = message
-                    pos, w.job = w.job, None
+                    w.job = None
                     if kind == "done":
-                        returns[pos] = value
+                        returns[pos] = cast(list[JobReturn], value)  # the task's returns (serve)
                     else:  # interrupted (its exit code), or its worker died (why)
-                        exit_code = value if kind == "exit" else exit_code
+                        exit_code = cast(int, value) if kind == "exit" else exit_code
                         returns[pos] = [
                             JobReturn(
                                 overrides=list(job.overrides),
