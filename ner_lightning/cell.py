@@ -112,6 +112,17 @@ def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
     return CellRun(datamodule, partition, module, trainer, callbacks, loggers)
 
 
+@dataclass(frozen=True)
+class FitEnd:
+    """How a cell's fit ended: the ``last.ckpt`` it resumed from, the checkpoint of the selected
+    weights (None: those in the module) and, for a fit the Trainer did not run (a lockstep
+    group's), its (epochs, optimiser steps)."""
+
+    resumed_from: Path | None = None
+    checkpoint: str | None = None
+    position: tuple[int, int] | None = None
+
+
 def fit_and_finish(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | None) -> CellResult:
     """The cell's fit by its own Trainer (from ``resume``, a ``last.ckpt`` of this same config,
     when given and readable), then :func:`finish_cell` with the selected checkpoint."""
@@ -125,28 +136,20 @@ def fit_and_finish(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | Non
         run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=str(resume) if resume else None)
     checkpoint = selecting_checkpoint(run.trainer)
     ckpt = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
-    return finish_cell(cfg, cell, run, resume, ckpt)
+    return finish_cell(cfg, cell, run, FitEnd(resume, ckpt))
 
 
-def finish_cell(
-    cfg: DictConfig,
-    cell: Cell,
-    run: CellRun,
-    resume: Path | None,
-    ckpt: str | None,
-    position: tuple[int, int] | None = None,
-) -> CellResult:
-    """Test with the selected weights (the checkpoint ``ckpt``, or those in the module), write
-    ``results.json`` (with the cell's share of the process's time), export and clean up.
-    ``position``: (epochs, optimiser steps) of a fit the Trainer did not run (a lockstep group's)."""
+def finish_cell(cfg: DictConfig, cell: Cell, run: CellRun, end: FitEnd) -> CellResult:
+    """Test with the selected weights, write ``results.json`` (with the cell's share of the
+    process's time), export and clean up."""
     settings = run_settings(cfg)
     out_dir = settings.out_dir()
-    module, trainer = run.module, run.trainer
+    module, trainer, ckpt = run.module, run.trainer, end.checkpoint
     if settings.evaluate_test:
         with PROCESS.phase("test"):
             trainer.test(module, datamodule=run.datamodule, ckpt_path=ckpt, verbose=False)
     with PROCESS.phase("writes"):
-        result = cell_result(cfg, settings, cell, run, resume, ckpt, position)
+        result = cell_result(cfg, settings, cell, run, end)
         if settings.export:
             if ckpt and not settings.evaluate_test:
                 load_weights(module, ckpt)  # testing loaded the selected weights; without a test, load them here
@@ -198,22 +201,14 @@ def compute_spent(cfg: DictConfig, settings: RunSettings, record, steps: int) ->
     }
 
 
-def cell_result(
-    cfg: DictConfig,
-    settings: RunSettings,
-    cell: Cell,
-    run: CellRun,
-    resume: Path | None,
-    ckpt: str | None,
-    position: tuple[int, int] | None = None,
-) -> CellResult:
+def cell_result(cfg: DictConfig, settings: RunSettings, cell: Cell, run: CellRun, end: FitEnd) -> CellResult:
     """Fill the ``results.json`` schema from what the fit and test left: the module's record, the
     trainer's counters, and every section the callbacks declare (``results.ResultSection``,
     ``results.assemble_result``); its
     time (``wall_time_s``, ``phase_s``) is the clock's, taken by :func:`finish_cell` last."""
     trainer, module, partition = run.trainer, run.module, run.partition
     record = module.record()
-    epochs, steps = position or (trainer.current_epoch, trainer.global_step)
+    epochs, steps = end.position or (trainer.current_epoch, trainer.global_step)
     best = best_epoch(record.history, settings.monitor) if record.history else None
     checkpoint = selecting_checkpoint(trainer)
     if record.history and checkpoint is not None and checkpoint.monitor is None:
@@ -225,7 +220,7 @@ def cell_result(
             overrides=overrides(),
             config_sha256=cell.config_sha256,
             device=cell.device,
-            resumed_from=str(resume) if resume else None,
+            resumed_from=str(end.resumed_from) if end.resumed_from else None,
             finished=cells.now(),
             **what_ran(cfg),
             partition={k: partition[k] for k in ("dataset", "size", "partition", "seed", "sha256")},
@@ -241,7 +236,7 @@ def cell_result(
             epochs=epochs,
             global_steps=steps,
             compute=compute_spent(cfg, settings, record, steps),
-            checkpoint=ckpt if settings.keep_checkpoint else None,
+            checkpoint=end.checkpoint if settings.keep_checkpoint else None,
             wall_time_s=0.0,
             phase_s={},
             precision={

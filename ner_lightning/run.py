@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning import console, protocols
 from ner_lightning.build import overrides
-from ner_lightning.cell import Cell, Progress, finish_cell, fit_and_finish, setup_cell
+from ner_lightning.cell import Cell, FitEnd, Progress, finish_cell, fit_and_finish, setup_cell
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import CONFIG_DIR, complete_config
 from ner_lightning.lockstep_fit import Member
@@ -174,7 +174,7 @@ def close_member(member: Member) -> float | None:
                     raise member.error
                 if member.run.lockstep is None:
                     return fit_and_finish(cfg, member.cell, member.run, member.resume).dev_monitor
-                return finish_cell(cfg, member.cell, member.run, None, None, member.position).dev_monitor
+                return finish_cell(cfg, member.cell, member.run, FitEnd(position=member.position)).dev_monitor
             except BaseException as err:
                 _write_failure(out_dir, err, time.time() - member.started, member.cell.progress)
                 raise
