@@ -81,7 +81,8 @@ class _Trainer(SimpleNamespace):
 def test_the_resume_checkpoint_waits_its_interval_unless_the_best_one_was_just_written(tmp_path, monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
-    best = SimpleNamespace(_last_global_step_saved=-1)
+    best = callbacks.BestCheckpoint(dirpath=tmp_path, filename="best", save_weights_only=True)
+    best._last_global_step_saved = -1
     resume = callbacks.ResumeCheckpoint(min_interval_s=60, dirpath=tmp_path, filename="last", save_weights_only=False)
     writes = []
     trainer = _Trainer(global_step=0, checkpoint_callbacks=[best, resume], is_global_zero=True, loggers=[],
