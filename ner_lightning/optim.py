@@ -32,28 +32,31 @@ def _anchor(opt: Any, params: list[torch.nn.Parameter]) -> None:  # libauc's PES
                 ref.copy_(p.detach())
 
 
+def _quiet_anchored(optimizer_class: Any, params: list[torch.nn.Parameter], **settings: Any) -> torch.optim.Optimizer:
+    """A libauc optimiser over ``params`` (its notices silenced), its decay reference anchored."""
+    with contextlib.redirect_stdout(io.StringIO()):  # libauc prints notices (PESG: loss_fn is None)
+        opt = optimizer_class(params, verbose=False, device=params[0].device, **settings)
+    _anchor(opt, params)
+    return opt
+
+
 def pesg(
     params, lr: float, mode: str, clip_value: float, weight_decay: float, epoch_decay: float, momentum: float
 ) -> torch.optim.Optimizer:
     """libauc ``PESG`` (primal update of DAM, Yuan et al. 2021) with ``loss_fn=None``."""
     from libauc.optimizers import PESG
 
-    params = _flat(params)
-    with contextlib.redirect_stdout(io.StringIO()):  # PESG prints a notice when loss_fn is None
-        opt = PESG(
-            params,
-            loss_fn=None,
-            lr=lr,
-            mode=mode,
-            clip_value=clip_value,
-            weight_decay=weight_decay,
-            epoch_decay=epoch_decay,
-            momentum=momentum,
-            verbose=False,
-            device=params[0].device,
-        )
-    _anchor(opt, params)
-    return opt
+    return _quiet_anchored(
+        PESG,
+        _flat(params),
+        loss_fn=None,
+        lr=lr,
+        mode=mode,
+        clip_value=clip_value,
+        weight_decay=weight_decay,
+        epoch_decay=epoch_decay,
+        momentum=momentum,
+    )
 
 
 class PhaseSwitch:
@@ -85,23 +88,19 @@ def pdsca(
     ``lr`` only."""
     from libauc.optimizers import PDSCA
 
-    params = _flat(params)
-    with contextlib.redirect_stdout(io.StringIO()):
-        opt = PDSCA(
-            params,
-            loss_fn=PhaseSwitch(params[0].device),
-            lr=lr,
-            lr0=lr0,
-            beta1=beta1,
-            beta2=beta2,
-            clip_value=clip_value,
-            weight_decay=weight_decay,
-            epoch_decay=epoch_decay,
-            verbose=False,
-            device=params[0].device,
-        )
-    _anchor(opt, params)
-    return opt
+    flat = _flat(params)
+    return _quiet_anchored(
+        PDSCA,
+        flat,
+        loss_fn=PhaseSwitch(flat[0].device),
+        lr=lr,
+        lr0=lr0,
+        beta1=beta1,
+        beta2=beta2,
+        clip_value=clip_value,
+        weight_decay=weight_decay,
+        epoch_decay=epoch_decay,
+    )
 
 
 def set_pdsca_phase(optimizer, auc: bool) -> None:
