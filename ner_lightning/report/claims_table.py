@@ -142,18 +142,33 @@ def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], 
     loaded: dict = {}  # the runs, read once for every reading of the claims
     settings, judged = judge_all(path, loaded=loaded)
     try:
-        other = judge_all(path, "other", loaded=loaded)[1]
+        other = [j.verdict for j in judge_all(path, "other", loaded=loaded)[1]]
     except SystemExit:  # runs without lenient scores (results.json written by hand)
-        other = None
+        other = ["—"] * len(judged)
     one = [copy.copy(j) for j in judged]
     decide(one, settings["alpha"], one_family=True)
     if plots is not None:
         forest_plot(judged, settings, plots)
         for spec in settings["figures"]:
             figure(spec, settings, Path(path).parent, plots)
-    name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
-    alpha, level = settings["alpha"], round(100 * (1 - settings["alpha"]))
-    head = [
+    directions = family_directions([j.claim for j in judged])
+    rows = [
+        _row(j, settings, directions) + [o_verdict, o.verdict]
+        for j, o, o_verdict in zip(judged, one, other, strict=True)
+    ]
+    resumed = sorted({d for j in judged for d in j.resumed})
+    note = (
+        f"{len(resumed)} of the runs read resumed from a checkpoint: {', '.join(resumed)}. "
+        + _without_resumed(path, judged, loaded)
+        if resumed
+        else "No run read resumed from a checkpoint."
+    )
+    return _header(settings), rows, note
+
+
+def _header(settings: dict) -> list[str]:
+    level = round(100 * (1 - settings["alpha"]))
+    return [
         "claim",
         "paper",
         "source",
@@ -174,46 +189,30 @@ def _table(path: Path, plots: Path | None) -> tuple[list[str], list[list[str]], 
         "verdict, other scorer",
         "verdict, one family of all claims",
     ]
-    directions = family_directions([j.claim for j in judged])
-    rows = []
-    for k, (j, o) in enumerate(zip(judged, one, strict=True)):
-        c = j.claim
-        paper = c.get("paper_delta")
-        rows.append(
-            [
-                str(c["id"]),
-                c["paper"],
-                c["source"],
-                c["statement"],
-                _difference(c, name),
-                _replicates(j),
-                f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]",
-                f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
-                "—" if c.get("vacuous") else f"{j.p_holm:.4f}",
-                f"{j.verdict}: {c['vacuous']}" if c.get("vacuous") else j.verdict,
-                DESIGN,
-                family(c),
-                scorer(c, settings),
-                "—" if c.get("vacuous") else f"{j.detectable:.3f}",
-                "—" if paper is None else f"{float(paper):+.3f}",
-                delta_source(c),
-                "—" if c.get("vacuous") else _needed(j, alpha, directions[family(c)]),
-                "—" if other is None else other[k].verdict,
-                o.verdict,
-            ]
-        )
-    resumed = sorted({d for j in judged for d in j.resumed})
-    note = (
-        (
-            f"{len(resumed)} of the runs read resumed from a checkpoint: "
-            + ", ".join(resumed)
-            + ". "
-            + _without_resumed(path, judged, loaded)
-        )
-        if resumed
-        else "No run read resumed from a checkpoint."
-    )
-    return head, rows, note
+
+
+def _row(j: Judged, settings: dict, directions: dict[str, int]) -> list[str]:
+    """A claim's cells up to the sensitivity columns (:func:`_header`)."""
+    c, paper, vacuous = j.claim, j.claim.get("paper_delta"), j.claim.get("vacuous")
+    return [
+        str(c["id"]),
+        c["paper"],
+        c["source"],
+        c["statement"],
+        _difference(c, lambda v: settings["names"].get(str(v), str(v))),
+        _replicates(j),
+        f"{j.mean:+.3f} [{j.t_low:+.3f}, {j.t_high:+.3f}]",
+        f"[{j.boot_low:+.3f}, {j.boot_high:+.3f}]",
+        "—" if vacuous else f"{j.p_holm:.4f}",
+        f"{j.verdict}: {vacuous}" if vacuous else j.verdict,
+        DESIGN,
+        family(c),
+        scorer(c, settings),
+        "—" if vacuous else f"{j.detectable:.3f}",
+        "—" if paper is None else f"{float(paper):+.3f}",
+        delta_source(c),
+        "—" if vacuous else _needed(j, settings["alpha"], directions[family(c)]),
+    ]
 
 
 def _without_resumed(path: Path, judged: list[Judged], loaded: dict) -> str:
