@@ -17,6 +17,7 @@ import itertools
 import logging
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,11 +177,42 @@ class GridSweeper(Sweeper):
         return cells.run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
 
     def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
+        manifest = self._planned(sweep_dir, arguments)
+        done = [
+            c
+            for c in manifest["cells"]
+            if self.resume and cells.finished(sweep_dir / c["dir"], c["config_sha256"]) is not None
+        ]
+        todo = [c for c in manifest["cells"] if c not in done]
+        _warn_reruns(sweep_dir, todo)
+        manifest["invocations"].append({"started": cells.now(), "done_before": len(done), "to_run": len(todo)})
+        write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
+        total = len(manifest["cells"])
+        skipping = " (skipping cells whose results.json has the same config hash)" if done else ""
+        log.info("sweep %s: %d cells — %d done, %d to run%s", sweep_dir, total, len(done), len(todo), skipping)
+        returns, failed = self._launched(todo)
+        manifest["invocations"][-1].update({"finished": cells.now(), "failed": len(failed)})
+        write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
+        log.info(
+            "sweep %s: %d cells — %d ran, %d failed, %d done before | status: python -m ner_lightning.sweep status %s",
+            sweep_dir,
+            total,
+            len(todo),
+            len(failed),
+            len(done),
+            sweep_dir,
+        )
+        if failed:
+            first = next(r for batch in returns for r in batch if r.status != JobStatus.COMPLETED)
+            _ = first.return_value  # re-raises the first failure, as Hydra's basic sweeper does
+        return returns
+
+    def _planned(self, sweep_dir: Path, arguments: list[str]) -> dict:
+        """This invocation's manifest: every cell numbered, then composed and described (``describe_cell``)."""
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         expanded = self._expand(arguments)
-        jobs = self._on_common_labels(expanded)
         old = cells.read_manifest(sweep_dir)
-        jobs = _with_earlier_cells(sweep_dir, old, expanded, jobs)
+        jobs = _with_earlier_cells(sweep_dir, old, expanded, self._on_common_labels(expanded))
         # Cell numbers first (the subdir resolver reads them), then folders and hashes.
         manifest = {
             "sweep_dir": str(sweep_dir),
@@ -203,37 +235,12 @@ class GridSweeper(Sweeper):
         manifest["precision"] = {
             stage: sorted({str(c["precision"][stage]) for c in manifest["cells"]}) for stage in ("train", "eval")
         }
-        log.info(
-            "sweep %s: precision %s",
-            sweep_dir,
-            ", ".join(f"{stage} {'/'.join(v)}" for stage, v in manifest["precision"].items()),
-        )
-        done = [
-            c
-            for c in manifest["cells"]
-            if self.resume and cells.finished(sweep_dir / c["dir"], c["config_sha256"]) is not None
-        ]
-        todo = [c for c in manifest["cells"] if c not in done]
-        reruns = [c for c in todo if "rerun_because" in c]
-        if reruns:
-            reasons = Counter(c["rerun_because"] for c in reruns)
-            log.warning(
-                "sweep %s: %d finished cell(s) will rerun, their results are of another cell: %s",
-                sweep_dir,
-                len(reruns),
-                "; ".join(f"{n} × {why}" for why, n in reasons.most_common()),
-            )
-        manifest["invocations"].append({"started": cells.now(), "done_before": len(done), "to_run": len(todo)})
-        write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
-        log.info(
-            "sweep %s: %d cells — %d done, %d to run%s",
-            sweep_dir,
-            len(jobs),
-            len(done),
-            len(todo),
-            " (skipping cells whose results.json has the same config hash)" if done else "",
-        )
+        shown = ", ".join(f"{stage} {'/'.join(v)}" for stage, v in manifest["precision"].items())
+        log.info("sweep %s: precision %s", sweep_dir, shown)
+        return manifest
 
+    def _launched(self, todo: list[dict]) -> tuple[list[Sequence[JobReturn]], list[dict]]:
+        """``todo`` launched ``max_batch_size`` at a time: the launches' returns, the cells that failed."""
         returns, failed = [], []
         size = self.max_batch_size or len(todo)
         for i in range(0, len(todo), max(size, 1)):
@@ -244,21 +251,20 @@ class GridSweeper(Sweeper):
                 if r.status != JobStatus.COMPLETED:
                     failed.append(c)
                     c["last_error"] = error_of(r)
-        manifest["invocations"][-1].update({"finished": cells.now(), "failed": len(failed)})
-        write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
-        log.info(
-            "sweep %s: %d cells — %d ran, %d failed, %d done before | status: python -m ner_lightning.sweep status %s",
+        return returns, failed
+
+
+def _warn_reruns(sweep_dir: Path, todo: list[dict]) -> None:
+    """Say which finished cells will rerun because their folder holds another cell's result."""
+    reruns = [c for c in todo if "rerun_because" in c]
+    if reruns:
+        reasons = Counter(c["rerun_because"] for c in reruns)
+        log.warning(
+            "sweep %s: %d finished cell(s) will rerun, their results are of another cell: %s",
             sweep_dir,
-            len(jobs),
-            len(todo),
-            len(failed),
-            len(done),
-            sweep_dir,
+            len(reruns),
+            "; ".join(f"{n} × {why}" for why, n in reasons.most_common()),
         )
-        if failed:
-            first = next(r for batch in returns for r in batch if r.status != JobStatus.COMPLETED)
-            _ = first.return_value  # re-raises the first failure, as Hydra's basic sweeper does
-        return returns
 
 
 def _with_earlier_cells(
