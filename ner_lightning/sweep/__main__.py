@@ -172,17 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, counts = status["rows"], status["counts"]
     if args.cells:
         for r in rows:
-            extra = ""
-            if r["state"] == "done":
-                done = r["results"]
-                extra = f"dev {done.get('monitor')}={done.get('dev_monitor')}, {done.get('wall_time_s')} s"
-            elif r["state"] in ("failed", "interrupted") and r.get("failure"):
-                extra = r["failure"].get("error", "")[:120]
-            elif r.get("record"):
-                rec = r["record"]
-                extra = f"started {rec.get('started')} on {rec.get('host')} pid {rec.get('pid')}"
-            place = where(r) if r["state"] in ("running", "done") else None
-            print(f"{r.get('dir', '?'):<60} {r['state']:<12} {extra}" + (f" [{place}]" if place else ""))
+            print(_cell_line(r))
     last = status["manifest"]["invocations"][-1] if status["manifest"].get("invocations") else {}
     print(
         f"{args.sweep_dir}: {len(rows)} cells — "
@@ -201,6 +191,21 @@ def main(argv: list[str] | None = None) -> int:
         elif r.get("note"):
             print(f"  {r['state']}: {r.get('dir', '?')}: {r['note']}")
     return 0 if counts.get("done", 0) == len(rows) else 1
+
+
+def _cell_line(r: dict) -> str:
+    """A cell's line of ``status --cells``: folder, state and what it has to show."""
+    extra = ""
+    if r["state"] == "done":
+        done = r["results"]
+        extra = f"dev {done.get('monitor')}={done.get('dev_monitor')}, {done.get('wall_time_s')} s"
+    elif r["state"] in ("failed", "interrupted") and r.get("failure"):
+        extra = r["failure"].get("error", "")[:120]
+    elif r.get("record"):
+        rec = r["record"]
+        extra = f"started {rec.get('started')} on {rec.get('host')} pid {rec.get('pid')}"
+    place = where(r) if r["state"] in ("running", "done") else None
+    return f"{r.get('dir', '?'):<60} {r['state']:<12} {extra}" + (f" [{place}]" if place else "")
 
 
 if __name__ == "__main__":

@@ -129,6 +129,25 @@ def cell_number(job_num) -> int:
     return found[0] if found else int(job_num)
 
 
+def _clear_earlier_attempt(out_dir: Path, same: bool, attempts: int) -> Path | None:
+    """What :func:`begin` drops of an earlier attempt (kept: the ``last.ckpt`` of the ``same``
+    cell, and its CSV metrics renamed); the checkpoint to resume from, or None."""
+    for name in (RESULTS, TUNE, FAILURE):
+        (out_dir / name).unlink(missing_ok=True)
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    for tmp in [*out_dir.glob(".*.tmp"), *ckpt_dir.glob(".*.tmp")]:  # half-written files of a SIGKILLed attempt
+        tmp.unlink(missing_ok=True)
+    if not same and ckpt_dir.exists():
+        for f in ckpt_dir.glob("*.ckpt"):
+            f.unlink()
+    last = ckpt_dir / LAST_CHECKPOINT
+    resume = last if same and last.exists() else None
+    metrics = out_dir / "csv" / "metrics.csv"
+    if resume is not None and metrics.is_file():  # CSVLogger would delete it
+        metrics.replace(metrics.with_name(f"metrics.attempt{attempts}.csv"))
+    return resume
+
+
 def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device: dict) -> tuple[str, Path | None]:
     """Start (or restart) a cell in ``out_dir`` (held by :func:`exclusive`): drop what a previous
     attempt left that a report could misread (an old ``failure.json`` / ``results.json``, temp
@@ -140,22 +159,7 @@ def begin(cfg: DictConfig, out_dir: Path, overrides: list[str], sha: str, device
     previous = read_json(out_dir / CELL)
     same = previous is not None and previous.get("config_sha256") == sha
     history = _history(out_dir, previous) if same and previous is not None else []
-    for name in (RESULTS, TUNE, FAILURE):
-        (out_dir / name).unlink(missing_ok=True)
-    ckpt_dir = out_dir / CHECKPOINT_DIR
-    for tmp in [
-        *out_dir.glob(".*.tmp"),
-        *ckpt_dir.glob(".*.tmp"),
-    ]:  # half-written JSON / checkpoint of a SIGKILLed attempt
-        tmp.unlink(missing_ok=True)
-    last = ckpt_dir / LAST_CHECKPOINT
-    if not same and ckpt_dir.exists():
-        for f in ckpt_dir.glob("*.ckpt"):
-            f.unlink()
-    resume = last if same and last.exists() else None
-    metrics = out_dir / "csv" / "metrics.csv"
-    if resume is not None and metrics.is_file():  # CSVLogger would delete it
-        metrics.replace(metrics.with_name(f"metrics.attempt{len(history)}.csv"))
+    resume = _clear_earlier_attempt(out_dir, same, len(history))
     where = None
     try:
         from hydra.core.hydra_config import HydraConfig
