@@ -53,21 +53,29 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m ner_lightning.report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("dirs", nargs="*", type=Path, help="sweep folders or their exports (not with --claims)")
-    ap.add_argument(
+    _claims_options(ap.add_argument_group("claims"))
+    _table_options(ap.add_argument_group("tables and figures"))
+    _statistics_options(ap.add_argument_group("statistics"))
+    ap.add_argument("--strict", action="store_true", help="stop at an unreadable results.json instead of skipping it")
+    return ap
+
+
+def _claims_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--claims",
         type=Path,
         metavar="FILE",
         help="judge the claims of a YAML file by the rule of "
         "ner_lightning/report/claims.py and print the claims table (--format md or latex)",
     )
-    ap.add_argument(
+    group.add_argument(
         "--only",
         metavar="ID[,ID]",
         type=lambda s: s.split(","),
         help="with --claims: print just these claims' rows (an id's first word, e.g. 6a, or its number, "
         "6 for 6a-6c), each judged with its whole family",
     )
-    ap.add_argument(
+    group.add_argument(
         "--update",
         type=Path,
         metavar="DOC",
@@ -75,54 +83,58 @@ def parser() -> argparse.ArgumentParser:
         help="with --claims: rewrite the claims tables of this Markdown file in place (blocks "
         "'<!-- claims table: FILE[ only=ID,ID] -->' ... '<!-- end claims table -->'); repeatable",
     )
-    ap.add_argument("--by", default="loss,size", help="comma-separated config keys that define a row")
-    ap.add_argument("--metrics", default="test.micro.f1,test.macro.f1")
-    ap.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparisons against this row, e.g. loss=ce")
-    ap.add_argument("--paper", metavar="METHOD:COLUMN", help="paper-style table, e.g. loss:size")
-    ap.add_argument("--format", choices=("md", "latex", "csv"), default="md", help="format of --paper tables")
-    ap.add_argument("--plots", type=Path, metavar="DIR", help="write the figures the sweep allows here")
-    ap.add_argument(
+
+
+def _table_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--by", default="loss,size", help="comma-separated config keys that define a row")
+    group.add_argument("--metrics", default="test.micro.f1,test.macro.f1")
+    group.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparisons against this row, e.g. loss=ce")
+    group.add_argument("--paper", metavar="METHOD:COLUMN", help="paper-style table, e.g. loss:size")
+    group.add_argument("--format", choices=("md", "latex", "csv"), default="md", help="format of --paper tables")
+    group.add_argument("--plots", type=Path, metavar="DIR", help="write the figures the sweep allows here")
+    group.add_argument(
         "--select-on-dev",
         metavar="KEY",
         help="keep, per row and partition, the run whose KEY value "
         "has the best dev monitor (e.g. aux: SingleAux's auxiliary chosen on main dev)",
     )
-    ap.add_argument(
+    group.add_argument(
         "--choose",
         metavar="KEY",
         help="a tuning grid's choice: per row (--by without KEY), the KEY "
         "value with the best mean dev monitor over the partitions",
     )
-    ap.add_argument(
+    group.add_argument(
         "--average-over",
         metavar="KEY",
         help="also average the first metric over KEY's values per "
         "partition (e.g. dataset: macro and pooled micro averages over main corpora)",
     )
-    ap.add_argument("--alpha", type=float, default=0.05, help="significance level (after Holm's correction)")
-    ap.add_argument(
+
+
+def _statistics_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--alpha", type=float, default=0.05, help="significance level (after Holm's correction)")
+    group.add_argument(
         "--test",
         choices=("wilcoxon", "bootstrap", "ttest"),
         default="wilcoxon",
         help="the paired test that decides significance (all three p-values are printed)",
     )
-    ap.add_argument(
+    group.add_argument(
         "--wandb",
         choices=("offline", "online"),
         help="log a summary run (table + figures) into the "
         "sweep's W&B group, offline by default: `wandb sync` uploads it later",
     )
-    ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    ap.add_argument(
+    group.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    group.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    group.add_argument(
         "--pool",
         default="",
         metavar="KEY[,KEY]",
         help="let a row average over runs that differ in "
         "these settings (refused otherwise: a row's runs may differ only in partition and seeds)",
     )
-    ap.add_argument("--strict", action="store_true", help="stop at an unreadable results.json instead of skipping it")
-    return ap
 
 
 def _refuse_guesses(runs: list[dict], by: list[str], metrics: list[str], pool: list[str], baseline: str | None) -> None:
