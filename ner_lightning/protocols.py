@@ -156,6 +156,6 @@ def singleaux(cfg: DictConfig, cell: Cell | None = None) -> CellResult:
         cell.prefix,
         best,
         settings.monitor,
-        ", ".join(f"{n} {r.dev_monitor:.4f}" for n, r in done.items()),
+        ", ".join(f"{n} {'—' if r.dev_monitor is None else f'{r.dev_monitor:.4f}'}" for n, r in done.items()),
     )
     return result
