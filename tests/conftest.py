@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Measured precisions go to a cache of the test session, never the user's (ner_lightning/precision.py),
 # even where the user set NER_LIGHTNING_CACHE; no choice is inherited from the calling shell.
 USER_CACHE = os.environ.get("NER_LIGHTNING_CACHE")
-os.environ["NER_LIGHTNING_CACHE"] = tempfile.mkdtemp(prefix="ner_lightning_cache_")
+SESSION_CACHE = tempfile.mkdtemp(prefix="ner_lightning_cache_")
+os.environ["NER_LIGHTNING_CACHE"] = SESSION_CACHE
 os.environ.pop("NER_LIGHTNING_PRECISION", None)
 
 
@@ -150,3 +152,8 @@ def multi_cfg(toy_cfg, toy_data_dir):
     def make(*extra):
         return toy_cfg("aux=[bc2gm,linnaeus]", "aux_size=6", *extra)
     return make
+
+
+def pytest_unconfigure(config) -> None:
+    """The session's precision cache goes with the session (each xdist worker made its own)."""
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
