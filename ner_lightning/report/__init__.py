@@ -8,5 +8,5 @@
 See ``__main__`` for the command line.
 """
 
-from ner_lightning.report.runs import load_runs, lookup, mixed_settings  # noqa: F401
-from ner_lightning.report.tables import comparison_table, comparisons, paper_table, summary_table  # noqa: F401
+from ner_lightning.report.runs import load_runs, lookup, mixed_settings  # noqa: F401  (the package's API)
+from ner_lightning.report.tables import comparison_table, comparisons, paper_table, summary_table  # noqa: F401  (API)

@@ -89,10 +89,9 @@ def unpaired_rows(
         mine, theirs = _settings_of(rows[row], free), _settings_of(rows[ref], free)
         for key in sorted(set(mine) | set(theirs)):
             if mine.get(key) != theirs.get(key):
-                shown = lambda v: ", ".join(sorted(v or {"(unset)"}))  # noqa: E731
                 problems.append(
-                    f"row {' '.join(row)} vs {' '.join(ref)}: {key} is {shown(mine.get(key))} vs "
-                    f"{shown(theirs.get(key))}"
+                    f"row {' '.join(row)} vs {' '.join(ref)}: {key} is {_listed(mine.get(key))} vs "
+                    f"{_listed(theirs.get(key))}"
                 )
     return problems
 
@@ -144,3 +143,7 @@ def unknown_baseline(runs: list[dict], baseline: str | None, by: list[str]) -> l
     if baseline_value(value, present) not in present:
         return [f"--baseline {baseline}: no row has {key}={value}; rows have {key} = {', '.join(sorted(present))}"]
     return []
+
+
+def _listed(values: set | None) -> str:
+    return ", ".join(sorted(values or {"(unset)"}))

@@ -29,7 +29,9 @@ def forest_plot(judged: list[Judged], settings: dict, out: Path) -> list[Path]:
 
     from ner_lightning.report.plots import save
 
-    name = lambda v: settings["names"].get(str(v), str(v))  # noqa: E731
+    def name(v: object) -> str:
+        return settings["names"].get(str(v), str(v))
+
     fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.24 * len(judged)))
     for row, j in enumerate(judged):
         y, c, colour = len(judged) - 1 - row, j.claim, VERDICT_COLOURS[verdict_kind(j.verdict)]

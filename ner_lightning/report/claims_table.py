@@ -121,7 +121,10 @@ def _render(head: list[str], rows: list[list[str]], note: str, fmt: str, only: C
             )
         rows, note = [r for r in rows if selected(r[0], only)], ""
     if fmt == "latex":
-        esc = lambda s: "".join(LATEX.get(ch, ch) for ch in s)  # noqa: E731
+
+        def esc(s: str) -> str:
+            return "".join(LATEX.get(ch, ch) for ch in s)
+
         lines = (
             [
                 "\\begin{tabular}{" + "l" * len(head) + "}",

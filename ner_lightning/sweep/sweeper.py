@@ -294,6 +294,6 @@ def _with_earlier_cells(
 def error_of(job: JobReturn) -> str:
     try:
         _ = job.return_value  # re-raises the job's exception
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 — any failure of the cell is what it reports
         return f"{type(err).__name__}: {err}"
     return f"status {job.status.name}"
