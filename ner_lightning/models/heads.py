@@ -191,8 +191,10 @@ class HeadModule(NERModule, Generic[H]):
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
         if len(self.corpus_names) > 1:
-            for name, losses in self.epoch_losses.items():
-                self.log(f"train/loss_{name}", torch.stack(losses).mean())
+            for name in self.epoch_losses:
+                loss = self.epoch_loss(name)
+                if loss is not None:
+                    self.log(f"train/loss_{name}", loss)
 
     def id2label_of(self, corpus: str) -> dict[int, str]:
         return self.label_sets[corpus].id2label
