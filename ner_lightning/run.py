@@ -30,7 +30,7 @@ from ner_lightning.build import overrides
 from ner_lightning.cell import Cell, FitEnd, Progress, finish_cell, fit_and_finish, setup_cell
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import CONFIG_DIR, complete_config
-from ner_lightning.lockstep_fit import Member
+from ner_lightning.lockstep.members import Member
 from ner_lightning.results import write_json_atomic
 from ner_lightning.settings import run_settings
 from ner_lightning.sweep import cells, devices
@@ -174,7 +174,8 @@ def close_member(member: Member) -> float | None:
                     raise member.error
                 if member.run.lockstep is None:
                     return fit_and_finish(cfg, member.cell, member.run, member.resume).dev_monitor
-                return finish_cell(cfg, member.cell, member.run, FitEnd(position=member.position)).dev_monitor
+                end = FitEnd(checkpoint=member.checkpoint, position=member.position)
+                return finish_cell(cfg, member.cell, member.run, end).dev_monitor
             except BaseException as err:
                 _write_failure(out_dir, err, time.time() - member.started, member.cell.progress)
                 raise
@@ -185,7 +186,7 @@ def close_member(member: Member) -> float | None:
         raise
     finally:
         member.hold.close()
-        finish_wandb()
+        finish_wandb(member.run.loggers)
         PROCESS.open("startup")
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import weakref
 from pathlib import Path
 
 from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
 from ner_lightning.metrics import flat_scores, spans
 from ner_lightning.results import CellResult
+
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # this process's loggers whose run may be open (finish_wandb)
 
 TABLE_COLUMNS = ["sentence", "gold", "predicted", "missed", "spurious", "correct"]
 
@@ -30,6 +34,10 @@ class WandbLogger(LightningWandbLogger):
         self.prediction_table_rows = prediction_table_rows
         if not kwargs.get("anonymous"):
             self._wandb_init.pop("anonymous", None)
+        # A run of its own, beside any other of the process (a lockstep group's cells each have
+        # one); Lightning would otherwise reuse the process's current run.
+        self._wandb_init.setdefault("reinit", "create_new")
+        _OPEN.add(self)
 
 
 def summarise_wandb(loggers: list, result: CellResult) -> None:
@@ -83,10 +91,42 @@ def log_prediction_tables(loggers: list, result: CellResult, out_dir: Path) -> N
             lg.experiment.log({f"predictions/{split}": wandb.Table(columns=list[str | int](TABLE_COLUMNS), data=rows)})
 
 
-def finish_wandb() -> None:
-    """Close the W&B run so the next cell of a multirun starts its own (template issue #289)."""
-    if "wandb" in sys.modules:
-        import wandb
+def finish_wandb(loggers: list | None = None) -> None:
+    """Finish the W&B runs of ``loggers`` (default: every run of this process's loggers) so the
+    next cell of a multirun starts its own, and list each in its sweep's ``wandb/`` folder
+    (:func:`link_into_sweep`)."""
+    if "wandb" not in sys.modules:
+        return
+    import wandb
 
-        if wandb.run is not None:
-            wandb.finish()
+    for lg in list(_OPEN) if loggers is None else loggers:
+        if not isinstance(lg, LightningWandbLogger):
+            continue
+        _OPEN.discard(lg)
+        run = lg._experiment  # None: the run never started
+        if run is not None:
+            folder = Path(run.dir).parent
+            run.finish()
+            link_into_sweep(folder)
+    if loggers is None and wandb.run is not None:
+        wandb.finish()
+
+
+def link_into_sweep(run_folder: Path) -> Path | None:
+    """A link ``<sweep>/wandb/<run folder>`` to a cell's offline run, so that ``wandb leet
+    <sweep>/wandb`` (and ``wandb sync <sweep>/wandb/offline-run-*``) sees every cell of the sweep;
+    nothing outside a multirun."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+    except ValueError:
+        return None
+    if hc.mode != RunMode.MULTIRUN or not run_folder.is_dir():
+        return None
+    target = Path(hc.sweep.dir) / "wandb" / run_folder.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.is_symlink():
+        target.symlink_to(os.path.relpath(run_folder.resolve(), target.parent.resolve()), target_is_directory=True)
+    return target

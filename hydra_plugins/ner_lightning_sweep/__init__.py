@@ -1,9 +1,9 @@
 """Hydra loads sweepers and launchers only from classes defined in the ``hydra_plugins``
 namespace: these name ours, which live in ``ner_lightning/sweep/`` (the lockstep launcher in
-``ner_lightning/lockstep_launcher.py``, above the cell's run it drives) (conf/hydra/sweeper/grid.yaml,
+``ner_lightning/lockstep/launcher.py``, above the cell's run it drives) (conf/hydra/sweeper/grid.yaml,
 conf/hydra/launcher/local.yaml, parallel.yaml, lockstep.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
 
-from ner_lightning import lockstep_launcher
+from ner_lightning.lockstep import launcher as lockstep_launcher
 from ner_lightning.sweep import launchers, optuna, sweeper
 
 
@@ -20,7 +20,7 @@ class ParallelLauncher(launchers.ParallelLauncher):
 
 
 class LockstepLauncher(lockstep_launcher.LockstepLauncher):
-    """See :class:`ner_lightning.lockstep_launcher.LockstepLauncher`."""
+    """See :class:`ner_lightning.lockstep.launcher.LockstepLauncher`."""
 
 
 class OptunaSweeper(optuna.OptunaSweeper):

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 
 from ner_lightning.callbacks.checkpointing import selecting_checkpoint
 from ner_lightning.data.column_files import write_conll
-from ner_lightning.data.contract import require_datamodule
+from ner_lightning.data.contract import ModelData, require_datamodule
 from ner_lightning.results import best_epoch
 
 
@@ -39,7 +39,10 @@ class PredictionWriter(pl.Callback):
         self._write(trainer, pl_module.predictions.get("test", {}), "test")
 
     def _write(self, trainer: pl.Trainer, predicted: dict[str, list[list[str]]], split: str) -> None:
-        dm = require_datamodule(trainer)
+        self.write(require_datamodule(trainer), predicted, split)
+
+    def write(self, dm: ModelData, predicted: dict[str, list[list[str]]], split: str) -> None:
+        """Each corpus's ``predicted`` tags of ``split`` beside its tokens and gold tags."""
         for corpus, tags in predicted.items():
             sentences = dm.sentences_of(split, corpus)
             name = split if corpus == dm.corpus_names[0] else f"{split}_{corpus}"

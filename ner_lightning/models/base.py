@@ -23,7 +23,7 @@ from transformers import get_linear_schedule_with_warmup
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.clock import PROCESS
-from ner_lightning.data.contract import require_datamodule
+from ner_lightning.data.contract import ModelData, require_datamodule
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.models.contracts import FamilySettings, RatePolicy, ScheduleOwner, Step, TrainingRecord
@@ -104,6 +104,10 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         """Manual-optimisation families: the optimiser steps to take on this batch, in order."""
         raise NotImplementedError
 
+    def fit_to_data(self, dm: ModelData) -> None:
+        """What the family takes from the data it will train on, before its fit (``setup``; a
+        lockstep group calls it for each cell): the weighted losses' label counts (``HeadModule``)."""
+
     def after_optimizer_step(self) -> None:
         """Called after every optimiser step (the AUC families ascend α here)."""
 
@@ -138,16 +142,18 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         mask = batch["word_mask"]
         return RealWords.of(layout_of(batch).words, mask.size(1), mask.device)
 
-    def padded_word_states(self, batch: dict) -> torch.Tensor:
-        """Word states ``(B, W, H)`` of a padded fp32 batch, from fixed-shape operations only (for
-        ``vmap``, ``ner_lightning.lockstep``): the encoder with an additive key-padding mask
-        ``(B, 1, T, T)`` (the form Hugging Face adds to the attention scores as it is, in every
-        attention implementation, without asking the device whether it is all ones)."""
+    def padded_word_states(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Word states ``(B, W, H)`` in fp32 of a padded batch, from fixed-shape operations only
+        (for ``vmap``, ``ner_lightning.lockstep``): the encoder — under autocast to ``dtype`` when
+        given, as :meth:`word_states` runs it under mixed precision — with an additive key-padding
+        mask ``(B, 1, T, T)`` (the form Hugging Face adds to the attention scores as it is, in
+        every attention implementation, without asking the device whether it is all ones)."""
         ids, keep = batch["input_ids"], batch["attention_mask"].bool()
         square = keep[:, None, None, :].expand(ids.size(0), 1, ids.size(1), ids.size(1))
         additive = torch.zeros(square.shape, device=ids.device).masked_fill(~square, torch.finfo(torch.float32).min)
-        hidden = self.encoder.model(input_ids=ids, attention_mask=additive).last_hidden_state
-        return self.encoder.word_states(hidden, batch["word_starts"])
+        with torch.autocast(ids.device.type, dtype=dtype, enabled=dtype is not None):
+            hidden = self.encoder.model(input_ids=ids, attention_mask=additive).last_hidden_state
+        return self.encoder.word_states(hidden.float(), batch["word_starts"])
 
     @staticmethod
     def word_labels(batch: dict) -> torch.Tensor:

@@ -72,7 +72,7 @@ class FamilySettings(TypedDict):
 
 
 class Stackable(Protocol):
-    """A family whose cells train in lockstep (``ner_lightning.lockstep``; its
+    """A family whose cells train in lockstep (``ner_lightning.lockstep.stacking``; its
     ``lockstep_refusal()`` is None): its main corpus's word scores and its training loss of a
     padded fp32 batch from fixed-shape operations only (no packing, no host reads), so
     ``torch.func.vmap`` runs the cells of a group as one model; their decoding; what moves
@@ -80,9 +80,11 @@ class Stackable(Protocol):
 
     encoder: TransformerEncoder  # the backbone (a group runs its attention as plain matmuls)
 
-    def padded_scores(self, batch: dict) -> torch.Tensor: ...
+    def padded_scores(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Main-corpus word scores ``(B, W, labels)`` in fp32, the encoder in ``dtype`` (None: fp32)."""
 
-    def padded_loss(self, batch: dict) -> torch.Tensor: ...
+    def padded_loss(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The training loss of the batch's real words, the encoder in ``dtype`` (None: fp32)."""
 
     def decode_scores(self, scores: torch.Tensor) -> torch.Tensor:
         """Label ids ``(..., W)`` from :meth:`padded_scores` (the family's decoding, on the device)."""

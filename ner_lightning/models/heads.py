@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
-from ner_lightning.data.contract import datamodule_of
+from ner_lightning.data.contract import ModelData, datamodule_of
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.datamodule import MAIN
 from ner_lightning.losses import TokenLoss
@@ -128,8 +128,11 @@ class HeadModule(NERModule, Generic[H]):
 
     def setup(self, stage: str) -> None:
         dm = datamodule_of(self._trainer)
-        if dm is None:
-            return
+        if dm is not None:
+            self.fit_to_data(dm)
+
+    def fit_to_data(self, dm: ModelData) -> None:
+        """Each head's class weights from its corpus's training label counts (the weighted losses)."""
         trained = dm.corpus_names
         if trained != self.corpus_names:
             raise ValueError(

@@ -48,9 +48,9 @@ class TokenClassificationModule(HeadModule[SoftmaxHead]):
             return f"{type(self.token_loss).__name__} is not a mean over words (a set- or sentence-level loss)"
         return None
 
-    def padded_scores(self, batch: dict) -> torch.Tensor:
-        """Main-head word scores ``(B, W, K)`` of a padded fp32 batch (``padded_word_states``)."""
-        return self.head.scores(self.padded_word_states(batch), batch["word_mask"])
+    def padded_scores(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Main-head word scores ``(B, W, K)`` of a padded batch (``padded_word_states``)."""
+        return self.head.scores(self.padded_word_states(batch, dtype), batch["word_mask"])
 
     @staticmethod
     def decode_scores(scores: torch.Tensor) -> torch.Tensor:
@@ -60,9 +60,9 @@ class TokenClassificationModule(HeadModule[SoftmaxHead]):
     def lockstep_after_step(self, params: dict[str, torch.Tensor]) -> None:
         """Nothing moves outside the optimiser."""
 
-    def padded_loss(self, batch: dict) -> torch.Tensor:
+    def padded_loss(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The token loss's mean over the real words, as a masked mean over every word slot."""
-        scores, keep = self.padded_scores(batch), batch["word_mask"]
+        scores, keep = self.padded_scores(batch, dtype), batch["word_mask"]
         targets = self.word_labels(batch).clamp(min=0)
         per_word = self.token_loss.per_token(scores.flatten(0, 1), targets.flatten()).view_as(keep)
         return (per_word * keep).sum() / keep.sum()

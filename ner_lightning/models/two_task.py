@@ -157,14 +157,14 @@ class TwoTaskModule(AUCMinMax):
         """CE-2T and AUC-2T take one optimiser step per batch; COMAUC-2T's CE steps do not stack."""
         return "comauc2t takes a CE step and an AUC step per batch" if self.objective == "comauc2t" else None
 
-    def padded_scores(self, batch: dict) -> torch.Tensor:
+    def padded_scores(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Entity and begin scores ``(B, W, 2)`` of a padded fp32 batch (dropout on the word
         states while training, as :meth:`task_loss`)."""
-        return self.task_scores(self.dropout(self.padded_word_states(batch)))
+        return self.task_scores(self.dropout(self.padded_word_states(batch, dtype)))
 
-    def padded_loss(self, batch: dict) -> torch.Tensor:
+    def padded_loss(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
         """:meth:`task_loss` over the real words, as masked sums over every word slot."""
-        s, keep = self.padded_scores(batch), batch["word_mask"]
+        s, keep = self.padded_scores(batch, dtype), batch["word_mask"]
         entity, begin = two_task_targets(self.word_labels(batch), self.label_set)
         if self.objective == "ce2t":
             bce = F.binary_cross_entropy(

@@ -1,24 +1,25 @@
 """``hydra/launcher=lockstep``: the cells of a sweep that differ only in ``partition`` and
-``init_seed`` train as lockstep groups of up to ``cells_per_group`` (``ner_lightning.lockstep_fit``);
-every other cell runs alone, as under the local launcher, and the console says why. With
-``n_jobs`` > 1 the groups and lone cells are the tasks of long-lived worker processes, as under
-``hydra/launcher=parallel`` (``sweep/workers.py``: each worker a device slot, or its share of the
-CPU's cores); with 1 they run one after another in this process. Each cell is composed once, by
-the sweeper, and travels to its worker composed. (It lives above ``run``, whose cell steps it drives, not in
-``sweep/``, which ``run`` uses.)
+``init_seed`` train as lockstep groups of up to ``cells_per_group`` (``lockstep.fit``: one
+``Trainer.fit`` a group); every other cell runs alone, as under the local launcher, and the console
+says why. With ``n_jobs`` > 1 the groups and lone cells are the tasks of long-lived worker
+processes, as under ``hydra/launcher=parallel`` (``sweep/workers.py``: each worker a device slot,
+or its share of the CPU's cores); with 1 they run one after another in this process. Each cell is
+composed once, by the sweeper, and travels to its worker composed.
 
 Each cell keeps its own Hydra job — folder, ``.hydra/``, ``cell.json``, ``partition.json``,
 ``results.json`` or ``failure.json`` — set up before the group's fit (``run.open_member``) and
 ended after it (``run.close_member``). A cell that cannot be set up, or diverges, fails alone; a
-group whose fit raises fails its own cells only. An interrupted group's cells record the
-interruption, and a rerun trains the group again from its first epoch (a cell with a
-``last.ckpt`` of its own resumes alone).
+group whose fit raises fails its own cells only. The group's ``last.ckpt`` lives in
+``<sweep>/lockstep/<group>/``: an interrupted group's cells record the interruption, and a rerun of
+the sweep forms the same group and resumes it there (a cell with a ``last.ckpt`` of its own
+resumes alone).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,10 +27,11 @@ from pathlib import Path
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.clock import PROCESS
-from ner_lightning.lockstep_fit import Member, config_refusal, fit_group
+from ner_lightning.lockstep.fit import fit_group, group_sha256
+from ner_lightning.lockstep.members import Member, config_refusal
 from ner_lightning.run import close_member, open_member
 from ner_lightning.settings import as_dict
 from ner_lightning.sweep.launchers import ParallelLauncher, log_progress
@@ -90,6 +92,7 @@ class LockstepTasks:
     hydra_context: HydraContext
     task_function: TaskFunction
     cpu_max_hidden: int
+    sweep_dir: str
 
     def __call__(self, task: Sequence[Job]) -> list[JobReturn]:
         if len(task) == 1:
@@ -153,8 +156,10 @@ class LockstepTasks:
         refused = self.refusal(ready) if ready else None
         if refused:
             log.info("these %d cells run alone: %s", len(ready), refused)
-        elif len(ready) > 1:
-            self._fit(ready, [job for job, m in members if m.resume is None])
+        folder = None
+        if not refused and len(ready) > 1:
+            folder = Path(self.sweep_dir) / "lockstep" / group_sha256(ready)[:16]
+            self._fit(ready, [job for job, m in members if m.resume is None], folder)
         stop = None
         for job, member in members:
             try:
@@ -166,17 +171,27 @@ class LockstepTasks:
                 )
         if stop is not None:
             raise SystemExit(stop)
+        if folder is not None and all(r.status == JobStatus.COMPLETED for r in returns.values()):
+            shutil.rmtree(folder, ignore_errors=True)  # every cell ended: nothing to resume
         return returns
 
     @staticmethod
-    def _fit(members: list[Member], jobs: list[Job]) -> None:
+    def _fit(members: list[Member], jobs: list[Job], folder: Path) -> None:
         """The group's fit; its seconds shared out to its cells; an error stops every cell of it."""
         names = [" ".join(filter_overrides(job.overrides)) for job in jobs]
+        sha = group_sha256(members)
+        precision = OmegaConf.select(members[0].cfg, "callbacks.eval_precision.precision")
         for k, member in enumerate(members):
-            member.run.lockstep = {"cells": len(members), "position": k, "group": names, "dev_precision": "32-true"}
+            member.run.lockstep = {
+                "cells": len(members),
+                "position": k,
+                "group": names,
+                "group_sha256": sha,
+                "dev_precision": str(precision or members[0].cfg.trainer.precision),
+            }
         try:
             with interrupts_raised():
-                fit_group(members)
+                fit_group(members, folder)
         except BaseException as err:  # noqa: BLE001 — the group's cells record it; other groups go on
             log.error("the lockstep group (%s) stopped: %s: %s", "; ".join(names), type(err).__name__, err)
             for member in members:
@@ -223,7 +238,9 @@ class LockstepLauncher(ParallelLauncher):
                 ", ".join(f"#{job.index} : {' '.join(filter_overrides(job.overrides))}" for job in group),
                 f" | alone: {why}" if why else "",
             )
-        runner = LockstepTasks(self.hydra_context, self.task_function, self.cpu_max_hidden)
+        runner = LockstepTasks(
+            self.hydra_context, self.task_function, self.cpu_max_hidden, str(self.config.hydra.sweep.dir)
+        )
         done: list[JobReturn] = []
         started = time.monotonic()
 

@@ -1,0 +1,214 @@
+"""One cell's share of a lockstep group's fit: what Lightning's loops and the cell's own callbacks
+keep for a cell trained alone, kept for it while it trains in the group.
+
+* its dev evaluations — history, span scores, ``val/*`` metrics in its own loggers (CSV, W&B) —
+  and its training losses (``train/loss_step``, ``train/loss_epoch``), at its own steps;
+* selection as its ``ModelCheckpoint`` selects (the first best ``monitor``; none: the latest
+  evaluation), the selected weights held in memory and written as the cell's own ``best.ckpt``
+  (a plain single-cell checkpoint) before the group's ``last.ckpt`` and at the end, and its dev
+  predictions as its ``PredictionWriter`` writes them;
+* early stopping by its own ``EarlyStopping`` (its rule, state and ``min_delta``), and when the
+  stop takes effect as Lightning's fit loop decides it (``trainer.should_stop`` holds once set;
+  training ends at the first epoch end — or mid-epoch evaluation — where ``min_epochs`` is met);
+* a training loss that is not finite stops the cell with an error of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+from ner_lightning.callbacks.predictions import PredictionWriter
+from ner_lightning.lockstep.members import Member
+from ner_lightning.metrics import flat_scores, span_scores
+from ner_lightning.models.word_grid import host_entries, sentences_seen
+from ner_lightning.results import best_epoch
+
+log = logging.getLogger("ner_lightning")
+
+
+def _one(callbacks: list, kind: type):
+    found = [c for c in callbacks if isinstance(c, kind)]
+    return found[0] if found else None
+
+
+@dataclass
+class CellFit:
+    """A member's training state inside its group (module docstring)."""
+
+    member: Member
+    min_epochs: int
+    stopping: EarlyStopping | None = None
+    selection: ModelCheckpoint | None = None
+    writer: PredictionWriter | None = None
+    should_stop: bool = False  # its EarlyStopping asked to stop (held, as trainer.should_stop is)
+    stopped: bool = False  # it trains no more (stopped, or failed: member.error)
+    epochs: int = 0  # epochs it trained
+    steps: int = 0  # optimiser steps it took
+    best_value: float | None = None
+    held: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # selected weights not yet written
+
+    @classmethod
+    def of(cls, member: Member, min_epochs: int) -> CellFit:
+        callbacks = member.run.callbacks
+        return cls(
+            member,
+            min_epochs,
+            stopping=_one(callbacks, EarlyStopping),
+            selection=next(
+                (c for c in callbacks if isinstance(c, ModelCheckpoint) and c.filename != "last"), None
+            ),
+            writer=_one(callbacks, PredictionWriter),
+        )
+
+    @property
+    def module(self):
+        return self.member.run.module
+
+    @property
+    def training(self) -> bool:
+        return not self.stopped
+
+    # --- training -------------------------------------------------------------------------------
+    def stepped(self, loss: torch.Tensor, batch: int, epoch: int, rows: int) -> None:
+        """One optimiser step of this cell (its loss kept on the device)."""
+        self.module.step_losses.add(loss, batch, self.steps, epoch, rows)
+        self.module.train_batches += 1
+        self.module.forward_passes += 1
+        self.steps += 1
+
+    def check_finite(self) -> bool:
+        """Whether its losses since the last check are finite; if not, it stops with an error."""
+        first = self.module.step_losses.first_nonfinite()
+        if first is None:
+            return True
+        self.member.error = FloatingPointError(
+            f"training loss is {first.loss.item()} at epoch {first.epoch}, step {first.global_step}: the run "
+            "diverged; try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)"
+        )
+        log.error("%s | %s: this cell stops, its group goes on", self.member.cell.prefix, self.member.error)
+        self.stopped = True
+        return False
+
+    def epoch_ended(self, epoch: int, log_every: int) -> None:
+        """Its epoch's losses to its loggers; the stop, where its EarlyStopping asked for one."""
+        self.epochs = epoch + 1
+        if not self.check_finite():
+            return
+        loggers = self.member.run.loggers
+        mean = self.module.step_losses.epoch_mean(epoch)
+        self.module.step_losses.log_to(loggers, log_every)
+        if mean is not None:
+            for lg in loggers:
+                lg.log_metrics({"train/loss_epoch": float(mean), "epoch": epoch}, step=max(self.steps - 1, 0))
+        if self.should_stop and self.epochs >= self.min_epochs:
+            self.stopped = True
+
+    # --- evaluation -----------------------------------------------------------------------------
+    def evaluated(
+        self, chunks: list, epoch: int, limited: bool, state: dict[str, torch.Tensor], epochs_done: int | None
+    ) -> None:
+        """A dev evaluation of this cell: ``chunks`` its decoded batches (label ids, layout);
+        ``limited``: only some dev batches ran; ``state``: its current weights (views);
+        ``epochs_done``: whole epochs behind it (a mid-epoch evaluation's stop needs ``min_epochs`` of them)."""
+        if not self.check_finite():
+            return
+        module, dm = self.module, self.member.run.datamodule
+        name = dm.corpus_names[0]
+        gold, entries = dm.gold_tags("dev", name), host_entries(chunks, module.entry).get(0, [])
+        if limited:
+            gold, entries = sentences_seen(gold, entries)
+        pred = module.predicted_tags(entries, [len(g) for g in gold], "val")
+        scores = span_scores(gold, pred)
+        metrics = flat_scores(scores, "val")
+        module.scores["val"], module.predictions["val"] = scores, {name: pred}
+        module.history.append({"epoch": epoch, "batches": module.train_batches, "metrics": metrics, "scores": scores})
+        for lg in self.member.run.loggers:
+            lg.log_metrics({**metrics, "epoch": epoch}, step=max(self.steps - 1, 0))
+        self._select(metrics, state)
+        if self.stopping is not None:
+            should, _ = self.stopping._evaluate_stopping_criteria(torch.tensor(metrics[self.stopping.monitor]))
+            self.should_stop = self.should_stop or should
+        if epochs_done is not None and self.should_stop and epochs_done >= self.min_epochs:
+            self.stopped, self.epochs = True, epochs_done + 1  # Lightning leaves the epoch here
+
+    def _select(self, metrics: dict, state: dict[str, torch.Tensor]) -> None:
+        """``ModelCheckpoint``'s choice (mode max/min, strictly better; no monitor: every time) and
+        ``PredictionWriter``'s dev file for the evaluation it selects."""
+        monitor = self.selection.monitor if self.selection is not None else None
+        if self.selection is not None:
+            value = metrics.get(monitor) if monitor is not None else None
+            if value is not None and value != value:  # NaN, as ModelCheckpoint ranks it
+                value = float("inf") if self.selection.mode == "min" else float("-inf")
+            better = (
+                monitor is None
+                or self.best_value is None
+                or (value < self.best_value if self.selection.mode == "min" else value > self.best_value)
+            )
+            if better:
+                self.best_value = value
+                self.held = self.saved(state)
+        history = self.module.history
+        if self.writer is not None and (monitor is None or best_epoch(history, monitor) is history[-1]):
+            self.writer.write(self.member.run.datamodule, self.module.predictions["val"], "dev")
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def saved(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A copy of what the cell's own ``state_dict`` holds of ``state`` (not the non-persistent
+        buffers that the stack carries too)."""
+        kept = self.module.state_dict().keys()
+        return {n: t.detach().clone() for n, t in state.items() if n in kept}
+
+    def best_path(self) -> Path | None:
+        if self.selection is None or self.selection.dirpath is None:
+            return None
+        return Path(self.selection.dirpath) / f"{self.selection.filename}{self.selection.FILE_EXTENSION}"
+
+    def write_held(self) -> None:
+        """The selected weights not yet on disk, as the cell's ``best.ckpt`` (a weights-only
+        Lightning checkpoint of the cell's own module)."""
+        path = self.best_path()
+        if self.held is None or path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint = {
+            "epoch": self.module.history[-1]["epoch"] if self.module.history else 0,
+            "global_step": self.steps,
+            "pytorch-lightning_version": pl.__version__,
+            "state_dict": {n: t.cpu() for n, t in self.held.items()},
+        }
+        self.member.run.trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, path)
+        self.held = None
+        self.member.checkpoint = str(path)
+
+    def state_dict(self) -> dict:
+        """What the group's ``last.ckpt`` keeps of this cell."""
+        return {
+            "should_stop": self.should_stop,
+            "stopped": self.stopped,
+            "error": None if self.member.error is None else f"{type(self.member.error).__name__}: {self.member.error}",
+            "epochs": self.epochs,
+            "steps": self.steps,
+            "best_value": self.best_value,
+            "checkpoint": self.member.checkpoint,
+            "stopping": self.stopping.state_dict() if self.stopping is not None else None,
+            "history": self.module.history,
+            "train_batches": self.module.train_batches,
+            "forward_passes": self.module.forward_passes,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.should_stop, self.stopped = state["should_stop"], state["stopped"]
+        self.epochs, self.steps, self.best_value = state["epochs"], state["steps"], state["best_value"]
+        self.member.checkpoint = state["checkpoint"]
+        if state["error"] is not None:
+            self.member.error = FloatingPointError(state["error"])
+        if self.stopping is not None and state["stopping"] is not None:
+            self.stopping.load_state_dict(state["stopping"])
+        self.module.history = state["history"]
+        self.module.train_batches, self.module.forward_passes = state["train_batches"], state["forward_passes"]

@@ -1,0 +1,124 @@
+"""A lockstep group's fit: ``Trainer.fit`` of its :class:`~ner_lightning.lockstep.group_module.LockstepModule`.
+
+The Trainer is the cells' own ``trainer`` config (max/min epochs, dev every n epochs or every n
+batches, ``limit_*_batches``, ``max_time``, precision, progress bar), with the group's resume
+checkpoint (``last.ckpt`` in the group's folder, written as each cell's ``callbacks.last_checkpoint``
+asks) as its only callback and no logger of its own: each cell logs to its own loggers. The
+training loader is a ``CombinedLoader`` of the cells' loaders; dev is the first cell's loader
+(the dev split, and its batches, are the same for every cell of a group).
+
+Dropout: inside ``vmap`` every cell draws from one random stream, which a cell's own seed cannot
+set apart from the others'; the stream is seeded from the group (its cells' identities, in order),
+so a cell trained with dropout is reproducible as a member of its group, and results.json names the
+group (``lockstep.group``, ``lockstep.group_sha256``). Without dropout a cell's result does not
+depend on its group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities import CombinedLoader
+
+from ner_lightning.callbacks.checkpointing import ResumeCheckpoint
+from ner_lightning.cell import loadable
+from ner_lightning.clock import PROCESS
+from ner_lightning.hardware import trainer_precision
+from ner_lightning.lockstep.cell_fit import CellFit
+from ner_lightning.lockstep.group_module import LockstepModule
+from ner_lightning.lockstep.members import Member
+
+log = logging.getLogger("ner_lightning")
+
+
+def group_sha256(members: list[Member]) -> str:
+    """The group's identity: its cells' config identities, in order."""
+    return hashlib.sha256(" ".join(m.cell.config_sha256 or m.cell.prefix for m in members).encode()).hexdigest()
+
+
+def _group_trainer(cfg: DictConfig, folder: Path):
+    """The cells' Trainer config for the group: its resume checkpoint, no logger, clipping per cell
+    (the module's)."""
+    last = (cfg.get("callbacks") or {}).get("last_checkpoint")
+    callbacks = []
+    if last is not None:
+        callbacks.append(
+            ResumeCheckpoint(
+                min_interval_s=float(last.get("min_interval_s", 0.0)),
+                dirpath=str(folder),
+                filename="last",
+                save_top_k=1,
+                save_weights_only=False,
+                enable_version_counter=False,
+            )
+        )
+    precision = trainer_precision(
+        cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins"))
+    )
+    own = cfg.copy()  # the cell's config, its interpolations intact, with the group's folder
+    own.trainer.default_root_dir = str(folder)
+    trainer = instantiate(
+        own.trainer,
+        callbacks=callbacks,
+        logger=False,
+        gradient_clip_val=None,
+        enable_checkpointing=bool(callbacks),
+        **precision,
+    )
+    return trainer, last is not None
+
+
+def _keep_csv_history(members: list[Member]) -> None:
+    """A resumed group's cells keep the CSV rows of their earlier attempt (CSVLogger would empty
+    the file): ``csv/metrics.csv`` becomes ``csv/metrics.attempt<k>.csv``."""
+    for m in members:
+        metrics = Path(str(m.cfg.paths.output_dir)) / "csv" / "metrics.csv"
+        if metrics.is_file():
+            k = 1
+            while metrics.with_name(f"metrics.attempt{k}.csv").exists():
+                k += 1
+            metrics.replace(metrics.with_name(f"metrics.attempt{k}.csv"))
+
+
+def fit_group(members: list[Member], folder: Path) -> None:
+    """Train the members in lockstep; each ends with ``position`` (epochs, steps), ``checkpoint``
+    (its ``best.ckpt``) or, selecting nothing, its final weights in its module, or ``error``.
+    ``folder`` holds the group's ``last.ckpt``; a loadable one there is resumed."""
+    cfg = members[0].cfg
+    n_batches = {len(m.run.datamodule.train_dataloader()) for m in members}
+    if len(n_batches) != 1:
+        raise ValueError(f"the group's cells have different batches per epoch ({sorted(n_batches)})")
+    folder.mkdir(parents=True, exist_ok=True)
+    trainer, resumable = _group_trainer(cfg, folder)
+    min_epochs = int(cfg.trainer.get("min_epochs") or 0)
+    cells = [CellFit.of(m, min_epochs) for m in members]
+    eval_precision = OmegaConf.select(cfg, "callbacks.eval_precision.precision")
+    module = LockstepModule(cells, cfg.trainer.get("gradient_clip_val"), eval_precision)
+    last = folder / "last.ckpt"
+    resume = last if resumable and last.is_file() and loadable(last) else None
+    if resume is not None:
+        log.info("lockstep group resumes from %s", resume)
+        _keep_csv_history(members)
+    torch.manual_seed(int(group_sha256(members)[:15], 16))  # the group's dropout stream (module docstring)
+    for m in members:
+        m.cell.progress.follow(trainer)
+    log.info(
+        "lockstep group of %d cells (%s) | %d batches an epoch, up to %s epochs",
+        len(members),
+        ", ".join(m.cell.prefix for m in members),
+        n_batches.pop(),
+        cfg.trainer.max_epochs,
+    )
+    train = CombinedLoader([m.run.datamodule.train_dataloader() for m in members], mode="min_size")
+    with PROCESS.phase("train"):
+        trainer.fit(
+            module,
+            train_dataloaders=train,
+            val_dataloaders=members[0].run.datamodule.val_dataloader(),
+            ckpt_path=str(resume) if resume else None,
+        )

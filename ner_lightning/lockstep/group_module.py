@@ -1,0 +1,169 @@
+"""A lockstep group as one ``LightningModule``: the K cells stacked (``stacking.StackedCells``),
+trained by Lightning's own fit loop.
+
+* **Training** (manual optimisation: the clipping is per cell): each step takes one batch per cell
+  — the training loader is a ``CombinedLoader`` of the cells' own loaders, so Lightning sets every
+  sampler's epoch, as it does for a cell alone — and steps every cell still training; the rows of
+  cells that stopped are held (``stacking.FrozenRows``). The schedule is the cell's own: linear
+  warm-up and decay over ``trainer.estimated_stepping_batches``.
+* **Precision** is the Trainer's: under ``bf16-mixed`` the encoder runs in bf16, heads, losses
+  and decoding in fp32, as ``NERModule.word_states`` runs a cell alone; dev evaluation runs in the
+  cells' ``callbacks.eval_precision``.
+* **Dev evaluation** reads each dev batch once and scores it with the models of the cells still
+  training; each cell's evaluation, selection and stopping is its own (``cell_fit.CellFit``). The
+  fit ends when every cell has stopped (``trainer.should_stop``) or at ``max_epochs``.
+* **Checkpoint**: the group's ``last.ckpt`` holds the stacked weights, the optimiser and schedule,
+  Lightning's loops, every cell's :class:`CellFit` state and the random generators; a rerun resumes
+  from it (``trainer.fit(ckpt_path=…)``) and each cell ends as if uninterrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytorch_lightning as pl
+import torch
+from transformers import get_linear_schedule_with_warmup
+
+from ner_lightning.checkpoint_io import rng_states, set_rng_states
+from ner_lightning.clock import PROCESS
+from ner_lightning.lockstep.cell_fit import CellFit
+from ner_lightning.lockstep.stacking import FrozenRows, StackedCells, stack_batches
+from ner_lightning.models.base import MIXED_PRECISION
+from ner_lightning.models.word_grid import layout_of
+
+
+class LockstepModule(pl.LightningModule):
+    """The group's cells (their :class:`CellFit`) trained as one stacked model (module docstring).
+    ``clip_norm``: each cell's ``trainer.gradient_clip_val``; ``eval_precision``: the precision of
+    its dev evaluations (None: the Trainer's)."""
+
+    def __init__(self, cells: Sequence[CellFit], clip_norm: float | None, eval_precision: str | None):
+        super().__init__()
+        self.automatic_optimization = False
+        self.cells = list(cells)  # not submodules: each cell's module keeps its own weights for its test
+        self.clip_norm = clip_norm
+        self.eval_precision = eval_precision
+        self.stack: StackedCells | None = None
+        self.frozen = FrozenRows()
+        self._collected: list[tuple[torch.Tensor, object, list[int]]] = []
+        datamodule = self.cells[0].member.run.datamodule
+        self.pad_id = datamodule.tokenizer.pad_token_id
+
+    # --- set-up ---------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        """Each cell's own set-up from its data (``NERModule.fit_to_data``: WCE's class weights),
+        then the stack."""
+        if self.stack is not None:
+            return
+        for cell in self.cells:
+            cell.module.fit_to_data(cell.member.run.datamodule)
+        self.stack = StackedCells([cell.module for cell in self.cells])
+
+    def stacked(self) -> StackedCells:
+        if self.stack is None:
+            raise RuntimeError("the lockstep group is not set up (LockstepModule.setup)")
+        return self.stack
+
+    def configure_optimizers(self):
+        first = self.cells[0].module
+        optimizer = first.optimizer_factory(params=self.stacked().optimizer_groups())
+        total = self.trainer.estimated_stepping_batches
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(first.warmup_ratio * total), int(total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        """Each cell's batch moved as its data module moves it (layouts stay on the host)."""
+        cells = self.cells
+        if isinstance(batch, list):
+            return [c.member.run.datamodule.transfer_batch_to_device(b, device, 0) for c, b in zip(cells, batch)]
+        return cells[0].member.run.datamodule.transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def _autocast_dtype(self, precision: object) -> torch.dtype | None:
+        return MIXED_PRECISION.get(str(precision))
+
+    def training_cells(self) -> list[int]:
+        return [k for k, c in enumerate(self.cells) if c.training]
+
+    # --- training -------------------------------------------------------------------------------
+    def training_step(self, batch: list[dict], batch_idx: int) -> None:
+        stack, optimizer, scheduler = self.stacked(), self.optimizers(), self.lr_schedulers()
+        if isinstance(optimizer, list) or scheduler is None or isinstance(scheduler, list):
+            raise TypeError("a lockstep group takes one optimiser and one schedule")
+        self.frozen.hold([k for k, c in enumerate(self.cells) if not c.training], stack, optimizer.optimizer)
+        with torch.autocast(self.device.type, enabled=False):  # the encoder's autocast is the family's
+            grads, losses = stack.gradients(stack_batches(batch, self.pad_id), self._autocast_dtype(self.trainer.precision))
+            stack.set_grads(grads, self.clip_norm)
+            optimizer.step()
+            stack.after_step()
+            self.frozen.restore(optimizer.optimizer)
+        scheduler.step()
+        epoch = self.current_epoch
+        for k in self.training_cells():
+            self.cells[k].stepped(losses[k], self.cells[k].module.train_batches, epoch, batch[k]["input_ids"].size(0))
+        self.log("cells", float(len(self.training_cells())), prog_bar=True, logger=False)
+
+    def on_train_epoch_end(self) -> None:
+        every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning's logger connector
+        for k in self.training_cells():
+            self.cells[k].epoch_ended(self.current_epoch, every)
+        if not self.training_cells():
+            self.trainer.should_stop = True
+
+    # --- dev evaluation -------------------------------------------------------------------------
+    def on_validation_start(self) -> None:
+        PROCESS.open("dev")
+
+    def on_validation_end(self) -> None:
+        PROCESS.close("dev")
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        cells = self.training_cells()
+        if not cells:
+            return
+        stack = self.stacked()
+        with torch.autocast(self.device.type, enabled=False):
+            dtype = self._autocast_dtype(self.eval_precision or self.trainer.precision)
+            ids = stack.family.decode_scores(stack.scores(batch, cells, dtype))
+        self._collected.append((ids, layout_of(batch), cells))
+
+    def on_validation_epoch_end(self) -> None:
+        collected, self._collected = self._collected, []
+        if self.trainer.sanity_checking or not collected:
+            return
+        loop = self.trainer.fit_loop
+        last_batch = loop.epoch_loop.batch_progress.is_last_batch
+        epochs_done = None if last_batch else loop.epoch_progress.current.completed
+        limited = bool(self.trainer.fast_dev_run) or self.trainer.limit_val_batches != 1.0  # type: ignore[attr-defined]
+        stack = self.stacked()
+        for row, k in enumerate(collected[0][2]):
+            chunks = [(ids[row], layout) for ids, layout, _ in collected]
+            self.cells[k].evaluated(chunks, self.current_epoch, limited, stack.cell_state(k), epochs_done)
+        if not self.training_cells():
+            self.trainer.should_stop = True
+
+    # --- the group's checkpoint -----------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Every cell's held selection reaches the disk first (a ``best.ckpt`` never newer than the
+        state a rerun resumes), then its state goes into the group's checkpoint."""
+        for cell in self.cells:
+            cell.write_held()
+        checkpoint["lockstep"] = {"cells": [cell.state_dict() for cell in self.cells], "rng": rng_states()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint["lockstep"]
+        if len(state["cells"]) != len(self.cells):
+            raise ValueError(f"the group's checkpoint holds {len(state['cells'])} cells, this group {len(self.cells)}")
+        for cell, saved in zip(self.cells, state["cells"], strict=True):
+            cell.load_state_dict(saved)
+        self.frozen.clear()  # the stopped cells' rows are taken again from the restored state
+        set_rng_states(state["rng"])
+
+    def on_train_end(self) -> None:
+        """Each cell ends holding its selected weights on disk, or — selecting nothing — its final
+        weights in its module."""
+        for k, cell in enumerate(self.cells):
+            cell.write_held()
+            if cell.selection is None:
+                cell.module.load_state_dict({n: t.cpu() for n, t in cell.saved(self.stacked().cell_state(k)).items()})
+            cell.member.position = (cell.epochs, cell.steps)

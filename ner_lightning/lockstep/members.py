@@ -1,0 +1,64 @@
+"""A lockstep group's cells before and after its fit: who each is (:class:`Member`) and which
+configs can train in a group at all (:func:`config_refusal`)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from ner_lightning.cell import Cell, CellRun
+from ner_lightning.protocols import protocol_of
+
+# The callbacks a group runs for each of its cells (``lockstep.cell_fit``); a cell with another
+# callback runs alone.
+GROUP_CALLBACKS = (
+    "early_stopping",
+    "model_checkpoint",
+    "last_checkpoint",
+    "predictions",
+    "eval_precision",
+    "token_throughput",
+)
+
+
+@dataclass
+class Member:
+    """One cell of a lockstep group: its config, who it is, what its set-up built, and what the
+    group's fit left for it (``position``: epochs, optimiser steps; ``checkpoint``: its selected
+    weights; ``error``: why it stopped without a result)."""
+
+    cfg: DictConfig
+    cell: Cell
+    run: CellRun
+    resume: Path | None = None  # a last.ckpt of this cell alone: it then fits alone, from there
+    hold: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)  # its folder's lock
+    started: float = 0.0  # time.time() of its set-up
+    position: tuple[int, int] = (0, 0)
+    checkpoint: str | None = None
+    error: BaseException | None = None
+
+
+def config_refusal(cfg: DictConfig) -> str | None:
+    """Why a cell of this config cannot train in a lockstep group, read from its config alone
+    (the family's own refusal, ``lockstep_refusal()``, is asked once it is built)."""
+    precision = str(cfg.trainer.precision)
+    if precision == "16-mixed":
+        return (
+            "16-mixed scales the loss with one GradScaler per fit, and a group's cells would share one "
+            "(a skipped step would skip every cell's): bf16-mixed or 32-true group"
+        )
+    if protocol_of(cfg) != "single":
+        return f"a {protocol_of(cfg)} cell runs several fits"
+    if cfg.multitask.get("scheme") not in (None, "singletask"):
+        return f"multitask={cfg.multitask.scheme} trains on several corpora"
+    if int(cfg.trainer.get("max_epochs") or -1) < 1 or cfg.trainer.get("max_steps") not in (None, -1):
+        return "lockstep trains whole epochs (trainer.max_epochs >= 1, no max_steps)"
+    if int(cfg.trainer.get("accumulate_grad_batches") or 1) != 1:
+        return "a group steps every batch (trainer.accumulate_grad_batches=1)"
+    others = sorted(k for k, v in (cfg.get("callbacks") or {}).items() if v is not None and k not in GROUP_CALLBACKS)
+    if others:
+        return f"callbacks.{others[0]}: a group runs only {', '.join(GROUP_CALLBACKS)} for its cells"
+    return None
