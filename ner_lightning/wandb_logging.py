@@ -129,4 +129,9 @@ def link_into_sweep(run_folder: Path) -> Path | None:
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.is_symlink():
         target.symlink_to(os.path.relpath(run_folder.resolve(), target.parent.resolve()), target_is_directory=True)
+    latest = target.parent / "latest-run"  # what `wandb leet <sweep>/wandb` opens first, as in a cell's own wandb/
+    fresh = latest.with_name(f".latest-run.{os.getpid()}")
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(target.name, target_is_directory=True)
+    fresh.replace(latest)
     return target

@@ -1,11 +1,12 @@
-"""Cells in lockstep (ner_lightning/lockstep.py): one stacked step is the K cells' own steps, and
-the K stacked models score as each alone."""
+"""Cells in lockstep (ner_lightning/lockstep/): one stacked step is the K cells' own steps, the K
+stacked models score as each alone, and a cell trained in a group (one Trainer.fit) is the
+experiment it is alone."""
 import pytest
 import torch
 from torch import nn
 
 from ner_lightning.config import complete_config
-from ner_lightning.lockstep import LockstepGroup, build_cells, stack_batches
+from ner_lightning.lockstep.stacking import FrozenRows, StackedCells, build_cells, stack_batches
 
 
 def _cells(toy_cfg, k: int, *extra: str):
@@ -19,6 +20,35 @@ def _cells(toy_cfg, k: int, *extra: str):
                 layer.p = 0.0
     batches = list(datamodule.train_dataloader())[:k]
     return modules, batches, datamodule.tokenizer.pad_token_id
+
+
+class _Stepper:
+    """A stack with the family's optimiser and schedule, stepped as a group's ``training_step``
+    steps it (``lockstep.group_module``)."""
+
+    def __init__(self, modules, total: int, clip: float | None):
+        from transformers import get_linear_schedule_with_warmup
+
+        self.stack = StackedCells(modules)
+        first = modules[0]
+        self.optimizer = first.optimizer_factory(params=self.stack.optimizer_groups())
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(first.warmup_ratio * total), total)
+        self.clip, self.frozen = clip, FrozenRows()
+
+    def step(self, batches, stopped=()) -> torch.Tensor:
+        self.frozen.hold(list(stopped), self.stack, self.optimizer)
+        grads, losses = self.stack.gradients(batches)
+        self.stack.set_grads(grads, self.clip)
+        self.optimizer.step()
+        self.stack.after_step()
+        self.frozen.restore(self.optimizer)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return losses.detach()
+
+    def write_back(self, modules) -> None:
+        for k, module in enumerate(modules):
+            module.load_state_dict(self.stack.cell_state(k), strict=False)
 
 
 def _alone_steps(module, batch, clip: float, total: int, steps: int) -> list[float]:
@@ -50,10 +80,10 @@ def test_lockstep_steps_are_each_cells_steps_alone(toy_cfg, clip):
     modules, batches, pad = _cells(toy_cfg, 3, "loss.warmup_ratio=0.0")
     alone = [copy.deepcopy(m) for m in modules]
     before = [copy.deepcopy(m.state_dict()) for m in modules]
-    group = LockstepGroup(modules, total_steps=10, clip_norm=clip)
+    group = _Stepper(modules, total=10, clip=clip)
     stacked = stack_batches(batches, pad)
     losses = torch.stack([group.step(stacked) for _ in range(3)], 1)
-    group.write_back()
+    group.write_back(modules)
     for k, batch in enumerate(batches):
         assert losses[k].tolist() == pytest.approx(_alone_steps(alone[k], batch, clip, 10, 3), abs=1e-5)
         stepped, expected = modules[k].state_dict(), alone[k].state_dict()
@@ -62,21 +92,48 @@ def test_lockstep_steps_are_each_cells_steps_alone(toy_cfg, clip):
     assert (modules[0].head.classifier.weight - modules[1].head.classifier.weight).abs().max() > 1e-3
 
 
-def test_the_stacked_models_score_as_each_alone_and_refusals_say_why(toy_cfg):
-    modules, batches, pad = _cells(toy_cfg, 3)
-    group = LockstepGroup(modules, total_steps=10)
-    scores = group.scores(stack_batches(batches, pad))
-    for k, (module, batch) in enumerate(zip(modules, batches)):
+def test_a_stopped_cell_keeps_its_weights_and_optimiser_state_while_the_others_step(toy_cfg):
+    """After one step of all three cells, cell 1 stops: two more stacked steps leave its
+    parameters and AdamW moments exactly as they were, and the others as their own steps leave them."""
+    import copy
+
+    modules, batches, pad = _cells(toy_cfg, 3, "loss.warmup_ratio=0.0")
+    alone = [copy.deepcopy(m) for m in modules]
+    group = _Stepper(modules, total=10, clip=1.0)
+    stacked = stack_batches(batches, pad)
+    group.step(stacked)
+    held = {n: t[1].clone() for n, t in group.stack.params().items()}
+    moments = {n: group.optimizer.state[p]["exp_avg"][1].clone() for n, p in group.stack.params().items()}
+    group.step(stacked, stopped=[1])
+    group.step(stacked, stopped=[1])
+    for n, p in group.stack.params().items():
+        assert torch.equal(p[1], held[n]) and torch.equal(group.optimizer.state[p]["exp_avg"][1], moments[n])
+    group.write_back(modules)
+    for k in (0, 2):
+        _alone_steps(alone[k], batches[k], 1.0, 10, 3)
+        expected, got = alone[k].state_dict(), modules[k].state_dict()
+        assert max((expected[n] - got[n]).abs().max().item() for n in expected) < 1e-5
+
+
+def test_the_stacked_models_score_a_shared_batch_as_each_alone_and_refusals_say_why(toy_cfg):
+    """One dev batch, read once, scored by the three models (and by a subset of them): each
+    model's scores are its own module's."""
+    modules, batches, _ = _cells(toy_cfg, 3)
+    stack = StackedCells(modules)
+    batch = batches[0]
+    scores = stack.scores(batch, [0, 1, 2])
+    subset = stack.scores(batch, [2, 0])
+    real = batch["word_mask"]
+    for k, module in enumerate(modules):
         module.eval()
         with torch.no_grad():
             alone = module.logits(batch)
-        rows, words = alone.shape[:2]
-        real = batch["word_mask"]
-        assert torch.allclose(scores[k, :rows, :words][real], alone[real], atol=1e-5)
-        assert torch.equal(scores[k, :rows, :words][real].argmax(-1), alone[real].argmax(-1))
+        assert torch.allclose(scores[k][real], alone[real], atol=1e-5)
+        assert torch.equal(scores[k][real].argmax(-1), alone[real].argmax(-1))
+    assert torch.allclose(subset[0], scores[2]) and torch.allclose(subset[1], scores[0])
     dice, _, _ = _cells(toy_cfg, 2, "loss=dice")
     with pytest.raises(ValueError, match="DiceLoss is not a mean over words"):
-        LockstepGroup(dice, total_steps=10)
+        StackedCells(dice)
 
 
 def test_stacked_batches_pad_rows_words_and_sub_words_without_empty_attention():
@@ -95,46 +152,98 @@ def test_stacked_batches_pad_rows_words_and_sub_words_without_empty_attention():
 
 NO_DROPOUT = ["loss.dropout=0.0", "+model.random_init.hidden_dropout_prob=0.0",
               "+model.random_init.attention_probs_dropout_prob=0.0"]
+# Several batches an epoch (8 sentences, batch 2) and several epochs, early stopping at patience 1
+# from the first epoch: the cells of a partition grid stop at different epochs.
+SEVERAL = ("data.batch_size=2", "trainer.max_epochs=10", "trainer.min_epochs=1",
+           "callbacks.early_stopping.patience=1", "optimizer.lr=1e-3")
 
 
-def _sweep(launcher: str, tmp_path, toy_data_dir, *extra: str) -> dict:
+def _sweep(launcher: str, tmp_path, toy_data_dir, *extra: str, partitions: str = "0,1,2") -> dict:
     import json
 
     from tests.test_sweep import TOY, run_cli
 
     out = tmp_path / launcher
-    args = ["-m", "partition=0,1,2", *TOY, "trainer.max_epochs=3", "trainer.min_epochs=3", *NO_DROPOUT,
+    args = ["-m", f"partition={partitions}", *TOY, "trainer.max_epochs=3", "trainer.min_epochs=3", *NO_DROPOUT,
             f"hydra/launcher={launcher}", f"hydra.sweep.dir={out}", "hydra.sweep.subdir=${hydra.job.num}", *extra]
     proc = run_cli(args, tmp_path, toy_data_dir)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    return {json.loads(p.read_text())["partition"]["partition"]: json.loads(p.read_text())
-            for p in out.glob("*/results.json")}
+    results = {}
+    for p in out.glob("*/results.json"):
+        r = json.loads(p.read_text())
+        r["_dir"] = p.parent
+        results[r["partition"]["partition"]] = r
+    return results
 
 
-def test_a_lockstep_group_trains_each_cell_as_alone_without_dropout(toy_data_dir, tmp_path):
-    """Three partitions under hydra/launcher=lockstep (one group) and under the local launcher
-    (one after another), dropout off, early stopping at patience 1 from the first epoch: every
-    cell's dev evaluations, selected epoch, test scores, epochs and steps are those of the cell
-    alone; results.json names the group."""
-    extra = ("trainer.max_epochs=12", "trainer.min_epochs=1", "callbacks.early_stopping.patience=1",
-             "optimizer.lr=1e-3")
-    alone = _sweep("local", tmp_path, toy_data_dir, *extra)
-    grouped = _sweep("lockstep", tmp_path, toy_data_dir, *extra)
-    assert sorted(grouped) == sorted(alone) == [0, 1, 2]
-    assert len({r["epochs"] for r in alone.values()}) > 1  # early stopping ends the cells apart
+def _dev_rows(cell) -> int:
+    """Rows of the cell's CSV metrics that hold a dev evaluation."""
+    import csv
+
+    with open(cell / "csv" / "metrics.csv") as f:
+        return sum(1 for row in csv.DictReader(f) if row.get("val/f1"))
+
+
+def _assert_same_experiments(alone: dict, grouped: dict, cells: int = 3) -> None:
+    """Every cell's dev history (each evaluation's scores), selected epoch, epochs, steps, test
+    scores and test predictions are those of the cell alone; its CSV log has one dev row per dev
+    evaluation; results.json names the group."""
+    assert sorted(grouped) == sorted(alone)
     for p, a in alone.items():
         g = grouped[p]
-        assert g["lockstep"]["cells"] == 3 and len(g["lockstep"]["group"]) == 3 and "lockstep" not in a
+        assert g["lockstep"]["cells"] == cells and len(g["lockstep"]["group"]) == cells and "lockstep" not in a
         assert (g["epochs"], g["global_steps"], g["best_epoch"]) == (a["epochs"], a["global_steps"], a["best_epoch"])
+        assert g["compute"]["train_batches"] == a["compute"]["train_batches"]
         assert g["dev"]["micro"] == pytest.approx(a["dev"]["micro"], abs=1e-9)
         assert g["test"]["micro"] == pytest.approx(a["test"]["micro"], abs=1e-9)
         assert g["config_sha256"] == a["config_sha256"]
+        assert (g["_dir"] / "predictions" / "test.conll").read_text() == (a["_dir"] / "predictions" / "test.conll").read_text()
+        assert (g["_dir"] / "predictions" / "dev.conll").read_text() == (a["_dir"] / "predictions" / "dev.conll").read_text()
+        assert _dev_rows(g["_dir"]) == _dev_rows(a["_dir"]) >= 1
+
+
+def _learns(results: dict) -> None:
+    assert max(r["test"]["micro"]["f1"] for r in results.values()) > 0.05  # the comparison is not at F1 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", [
+    ("loss=ce",),
+    ("loss=wce1",),
+    ("loss=focal",),
+    ("loss=ce2t", "data.label_scheme=untyped", "loss.threshold=0.2", "optimizer.lr=1e-2"),
+    ("loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped", "loss.threshold=0.5", "optimizer.lr=0.1"),
+], ids=["ce", "wce1", "focal", "ce2t", "auc2t-pesg"])
+def test_a_lockstep_cell_is_the_experiment_it_is_alone(toy_data_dir, tmp_path, family):
+    """Three partitions, several batches an epoch and several epochs, dropout off, under
+    hydra/launcher=lockstep (one group, one Trainer.fit) and under the local launcher: each cell
+    ends as the same experiment (``_assert_same_experiments``), with cells that stop at different
+    epochs, for every family that stacks."""
+    alone = _sweep("local", tmp_path, toy_data_dir, *SEVERAL, *family)
+    grouped = _sweep("lockstep", tmp_path, toy_data_dir, *SEVERAL, *family)
+    _learns(alone)
+    assert len({r["epochs"] for r in alone.values()}) > 1  # early stopping ends the cells apart
+    _assert_same_experiments(alone, grouped)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", [
+    ("trainer.min_epochs=4", "callbacks.early_stopping.min_delta=0.05"),
+    ("trainer.check_val_every_n_epoch=2", "trainer.max_epochs=9"),
+    ("callbacks.model_checkpoint.monitor=null", "callbacks.early_stopping=null", "trainer.max_epochs=4"),
+], ids=["min-epochs-min-delta", "dev-every-2-epochs", "no-selection"])
+def test_a_lockstep_cell_stops_and_selects_by_its_own_rules(toy_data_dir, tmp_path, rule):
+    """The stopping and selection rules a cell alone follows hold in its group: ``min_epochs``
+    and ``min_delta``, dev every other epoch, and no selection monitor (the final model)."""
+    alone = _sweep("local", tmp_path, toy_data_dir, *SEVERAL, *rule)
+    grouped = _sweep("lockstep", tmp_path, toy_data_dir, *SEVERAL, *rule)
+    _assert_same_experiments(alone, grouped)
 
 
 def test_groups_are_cells_alike_but_for_partition_and_init_seed():
     from omegaconf import OmegaConf
 
-    from ner_lightning.lockstep_launcher import Job, plan_groups
+    from ner_lightning.lockstep.launcher import Job, plan_groups
 
     def job(i, **keys):
         base = {"size": 20, "partition": 0, "init_seed": 42, "loss": {"name": "ce"}, "hydra": {"job": {"num": i}}}
@@ -187,25 +296,6 @@ def test_on_a_cpu_a_large_encoder_runs_alone(toy_data_dir, tmp_path):
     assert len(list((tmp_path / "s").glob("*/results.json"))) == 2
 
 
-@pytest.mark.parametrize("loss", ["auc2t", "ce2t"])
-def test_a_two_task_lockstep_group_trains_each_cell_as_alone_without_dropout(toy_data_dir, tmp_path, loss):
-    """AUC-2T and CE-2T under hydra/launcher=lockstep: each cell's dev selection, test scores and
-    stopping epoch are its own run's, dropout off (on the toy corpus AUC-2T's F1 stays 0: its
-    steps are compared in test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone)."""
-    extra = (f"loss={loss}", "data.label_scheme=untyped", "trainer.max_epochs=8", "trainer.min_epochs=1", "optimizer.lr=1e-2", "loss.threshold=0.2",
-             "callbacks.early_stopping.patience=2")
-    alone = _sweep("local", tmp_path, toy_data_dir, *extra)
-    grouped = _sweep("lockstep", tmp_path, toy_data_dir, *extra)
-    if loss == "ce2t":
-        assert len({r["epochs"] for r in alone.values()}) > 1  # early stopping ends the cells apart
-    for p, a in alone.items():
-        g = grouped[p]
-        assert g["lockstep"]["cells"] == 3
-        assert (g["epochs"], g["best_epoch"]) == (a["epochs"], a["best_epoch"])
-        assert g["dev"]["micro"] == pytest.approx(a["dev"]["micro"], abs=1e-9)
-        assert g["test"]["micro"] == pytest.approx(a["test"]["micro"], abs=1e-9)
-
-
 def test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone(toy_cfg):
     """AUC-2T under libauc's PESG: three stacked steps (masked AUC-M losses, clipping over the
     optimiser's parameters, PESG's element-wise update, then each cell's α ascent) leave every
@@ -215,10 +305,10 @@ def test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone(toy_cfg):
     modules, batches, pad = _cells(toy_cfg, 3, "loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped",
                                    "loss.warmup_ratio=0.0", "optimizer.lr=0.05")
     alone = [copy.deepcopy(m) for m in modules]
-    group = LockstepGroup(modules, total_steps=10, clip_norm=1.0)
+    group = _Stepper(modules, total=10, clip=1.0)
     stacked = stack_batches(batches, pad)
     losses = torch.stack([group.step(stacked) for _ in range(3)], 1)
-    group.write_back()
+    group.write_back(modules)
     for k, (module, batch) in enumerate(zip(alone, batches)):
         from transformers import get_linear_schedule_with_warmup
 
@@ -241,20 +331,22 @@ def test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone(toy_cfg):
         assert float(expected["auc.0.alpha"]) > 0  # α moved
 
 
-def test_a_diverging_cell_stops_alone_and_its_group_goes_on(toy_cfg):
+def test_a_diverging_cell_stops_alone_and_its_group_goes_on(toy_cfg, tmp_path):
     """One cell of a group whose loss turns NaN gets an error of its own (no dev evaluation, no
     selected weights); the other trains and is evaluated every epoch."""
     from ner_lightning.cell import Cell, setup_cell
-    from ner_lightning.lockstep_fit import Member, fit_group
+    from ner_lightning.lockstep.fit import fit_group
+    from ner_lightning.lockstep.members import Member
 
     members = []
     for p in range(2):
-        cfg = toy_cfg(f"partition={p}", "trainer.max_epochs=2", "trainer.min_epochs=2")
+        cfg = toy_cfg(f"partition={p}", "trainer.max_epochs=2", "trainer.min_epochs=2", f"paths.output_dir={tmp_path / str(p)}")
         members.append(Member(cfg, Cell(f"cell {p}"), setup_cell(cfg, Cell(f"cell {p}"))))
     with torch.no_grad():
         members[1].run.module.head.classifier.weight.fill_(float("nan"))
-    fit_group(members)
-    assert isinstance(members[1].error, FloatingPointError) and "not finite at epoch 0" in str(members[1].error)
-    assert members[1].run.module.history == [] and members[1].position[0] == 1
+    fit_group(members, tmp_path / "group")
+    assert isinstance(members[1].error, FloatingPointError) and "at epoch 0" in str(members[1].error)
+    assert members[1].run.module.history == [] and members[1].checkpoint is None
     assert members[0].error is None and [h["epoch"] for h in members[0].run.module.history] == [0, 1]
-    assert members[0].position[0] == 2
+    assert members[0].position == (2, 2 * len(members[0].run.datamodule.train_dataloader()))
+    assert members[0].checkpoint is not None

@@ -17,6 +17,7 @@ resumes alone).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -173,6 +174,8 @@ class LockstepTasks:
             raise SystemExit(stop)
         if folder is not None and all(r.status == JobStatus.COMPLETED for r in returns.values()):
             shutil.rmtree(folder, ignore_errors=True)  # every cell ended: nothing to resume
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()  # the sweep's lockstep/ folder, when no other group is there
         return returns
 
     @staticmethod
