@@ -212,7 +212,8 @@ def _learns(results: dict) -> None:
     ("loss=wce1",),
     ("loss=focal",),
     ("loss=ce2t", "data.label_scheme=untyped", "loss.threshold=0.2", "optimizer.lr=1e-2"),
-    ("loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped", "loss.threshold=0.5", "optimizer.lr=0.1"),
+    ("loss=auc2t", "optimizer=pesg", "data.label_scheme=untyped", "loss.threshold=0.2", "optimizer.lr=1e-2",
+     "loss.head_lr=0.1", "loss.lam=1.0", "callbacks.early_stopping.patience=2"),
 ], ids=["ce", "wce1", "focal", "ce2t", "auc2t-pesg"])
 def test_a_lockstep_cell_is_the_experiment_it_is_alone(toy_data_dir, tmp_path, family):
     """Three partitions, several batches an epoch and several epochs, dropout off, under
