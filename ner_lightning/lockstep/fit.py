@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities import CombinedLoader
 
 from ner_lightning.callbacks.checkpointing import ResumeCheckpoint
@@ -76,8 +77,8 @@ def _group_trainer(cfg: DictConfig, folder: Path):
 def _keep_csv_history(members: list[Member]) -> None:
     """A resumed group's cells keep the CSV rows of their earlier attempt (CSVLogger would empty
     the file): ``csv/metrics.csv`` becomes ``csv/metrics.attempt<k>.csv``."""
-    for m in members:
-        metrics = Path(str(m.cfg.paths.output_dir)) / "csv" / "metrics.csv"
+    for lg in (lg for m in members for lg in m.run.loggers if isinstance(lg, CSVLogger)):
+        metrics = Path(lg.log_dir) / "metrics.csv"
         if metrics.is_file():
             k = 1
             while metrics.with_name(f"metrics.attempt{k}.csv").exists():

@@ -86,6 +86,10 @@ class LockstepModule(pl.LightningModule):
         return [k for k, c in enumerate(self.cells) if c.training]
 
     # --- training -------------------------------------------------------------------------------
+    def on_train_start(self) -> None:
+        if not self.training_cells():  # resumed from a checkpoint written after every cell stopped
+            self.trainer.should_stop = True
+
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
         stack, optimizer, scheduler = self.stacked(), self.optimizers(), self.lr_schedulers()
         if isinstance(optimizer, list) or scheduler is None or isinstance(scheduler, list):
