@@ -6,8 +6,9 @@ each cell's family step: training loss, backward, clipping, AdamW), interleaved 
 Cells: CE on real CoNLL-2003 (size 50, partition 0: cell k trains on the partition's batch k of 8
 sentences), fp32, each with its own initialisation; ``--models tiny,minilm``, ``--cells 8,16``,
 ``--device cuda`` on a GPU (``make gpu-check``), ``--precisions 32,bf16`` (bf16: both sides under
-``torch.autocast``). Evaluation too: the K models' scores of their batches, one vmapped forward
-against K forwards one after another, and the largest difference between the two (same weights).
+``torch.autocast`` for the loop, the encoder in bf16 for the stack, as a group runs it). Evaluation
+too: the K models' scores of one dev batch that every cell reads, one vmapped forward against K
+forwards one after another, and the largest difference between the two (same weights).
 The lockstep step runs the padded batch (no packing: ``vmap`` needs fixed shapes), the loop runs
 each cell as training does (packed, ``model.pack=true``). Prints a Markdown table; ``--out`` also
 writes the raw times (JSON) beside the machine and commit.
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ner_lightning.config import compose_config, complete_config  # noqa: E402
-from ner_lightning.lockstep import LockstepGroup, build_cells, stack_batches  # noqa: E402
+from ner_lightning.lockstep.stacking import StackedCells, build_cells, stack_batches  # noqa: E402
 from timing import write_raw  # noqa: E402  benchmarks/timing.py
 
 
@@ -60,12 +61,12 @@ def loop_step(modules, optimizers, batches, clip: float) -> None:
 
 
 @torch.no_grad()
-def loop_scores(modules, stacked: dict) -> torch.Tensor:
-    """Each model's scores of its own (padded) batch, one model after another, dropout off."""
+def loop_scores(modules, batch: dict) -> torch.Tensor:
+    """Each model's scores of the same batch, one model after another, dropout off."""
     out = []
-    for k, module in enumerate(modules):
+    for module in modules:
         module.eval()
-        out.append(module.padded_scores({key: v[k] for key, v in stacked.items()}))
+        out.append(module.padded_scores(batch))
         module.train()
     return torch.stack(out)
 
@@ -83,18 +84,34 @@ def measure(model: str, k: int, rounds: int, out: Path, device: str = "cpu", pre
     clip = float(cfg.trainer.gradient_clip_val)
     alone = [copy.deepcopy(m) for m in modules]
     optimizers = [m.optimizer_factory(params=m.optimizer_parameters()) for m in alone]
-    group = LockstepGroup(modules, total_steps=10_000, clip_norm=clip)
-    stacked = stack_batches(batches, pad)
+    stack = StackedCells(modules)
+    optimizer = modules[0].optimizer_factory(params=stack.optimizer_groups())
+    dtype = torch.bfloat16 if precision == "bf16" else None
+    stacked, shared = stack_batches(batches, pad), batches[0]
+
+    def group_step() -> None:  # as a lockstep group's training_step takes it
+        grads, _ = stack.gradients(stacked, dtype)
+        stack.set_grads(grads, clip)
+        optimizer.step()
+        stack.after_step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def group_scores() -> torch.Tensor:
+        return stack.scores(shared, list(range(k)), dtype)
+
     autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=precision == "bf16")
     with autocast:
-        eval_diff = float((loop_scores(alone, stacked).float() - group.scores(stacked).float()).abs().max())
-        loop_step(alone, optimizers, batches, clip), group.step(stacked)  # warm-up
-        times = {"loop": [], "lockstep": [], "eval_loop": [], "eval_lockstep": []}
-        for _ in range(rounds):
+        eval_diff = float((loop_scores(alone, shared).float() - group_scores().float()).abs().max())
+        loop_step(alone, optimizers, batches, clip)  # warm-up
+    group_step()
+    times: dict[str, list[float]] = {"loop": [], "lockstep": [], "eval_loop": [], "eval_lockstep": []}
+    for _ in range(rounds):
+        with autocast:
             times["loop"].append(_timed(lambda: loop_step(alone, optimizers, batches, clip), device))
-            times["lockstep"].append(_timed(lambda: group.step(stacked), device))
-            times["eval_loop"].append(_timed(lambda: loop_scores(alone, stacked), device))
-            times["eval_lockstep"].append(_timed(lambda: group.scores(stacked), device))
+        times["lockstep"].append(_timed(group_step, device))
+        with autocast:
+            times["eval_loop"].append(_timed(lambda: loop_scores(alone, shared), device))
+        times["eval_lockstep"].append(_timed(group_scores, device))
     med = {key: statistics.median(v) for key, v in times.items()}
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     return {"model": model, "cells": k, "device": device, "precision": precision, "rounds": rounds,

@@ -60,9 +60,7 @@ class CellFit:
             member,
             min_epochs,
             stopping=_one(callbacks, EarlyStopping),
-            selection=next(
-                (c for c in callbacks if isinstance(c, ModelCheckpoint) and c.filename != "last"), None
-            ),
+            selection=next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.filename != "last"), None),
             writer=_one(callbacks, PredictionWriter),
         )
 
@@ -142,14 +140,13 @@ class CellFit:
         ``PredictionWriter``'s dev file for the evaluation it selects."""
         monitor = self.selection.monitor if self.selection is not None else None
         if self.selection is not None:
-            value = metrics.get(monitor) if monitor is not None else None
-            if value is not None and value != value:  # NaN, as ModelCheckpoint ranks it
-                value = float("inf") if self.selection.mode == "min" else float("-inf")
-            better = (
-                monitor is None
-                or self.best_value is None
-                or (value < self.best_value if self.selection.mode == "min" else value > self.best_value)
-            )
+            value, better = None, True
+            if monitor is not None:
+                value = float(metrics[monitor])
+                if value != value:  # NaN, as ModelCheckpoint ranks it
+                    value = float("inf") if self.selection.mode == "min" else float("-inf")
+                best = self.best_value
+                better = best is None or (value < best if self.selection.mode == "min" else value > best)
             if better:
                 self.best_value = value
                 self.held = self.saved(state)

@@ -76,7 +76,10 @@ class LockstepModule(pl.LightningModule):
         """Each cell's batch moved as its data module moves it (layouts stay on the host)."""
         cells = self.cells
         if isinstance(batch, list):
-            return [c.member.run.datamodule.transfer_batch_to_device(b, device, 0) for c, b in zip(cells, batch)]
+            return [
+                c.member.run.datamodule.transfer_batch_to_device(b, device, 0)
+                for c, b in zip(cells, batch, strict=True)
+            ]
         return cells[0].member.run.datamodule.transfer_batch_to_device(batch, device, dataloader_idx)
 
     def _autocast_dtype(self, precision: object) -> torch.dtype | None:
@@ -96,7 +99,9 @@ class LockstepModule(pl.LightningModule):
             raise TypeError("a lockstep group takes one optimiser and one schedule")
         self.frozen.hold([k for k, c in enumerate(self.cells) if not c.training], stack, optimizer.optimizer)
         with torch.autocast(self.device.type, enabled=False):  # the encoder's autocast is the family's
-            grads, losses = stack.gradients(stack_batches(batch, self.pad_id), self._autocast_dtype(self.trainer.precision))
+            grads, losses = stack.gradients(
+                stack_batches(batch, self.pad_id), self._autocast_dtype(self.trainer.precision)
+            )
             stack.set_grads(grads, self.clip_norm)
             optimizer.step()
             stack.after_step()

@@ -110,10 +110,15 @@ class StackedCells(nn.Module):
         wrapped = [_PaddedLoss(cast(Stackable, m)) for m in modules]
         stacked, buffers = stack_module_state(wrapped)
         trainable = {n for n, p in stacked.items() if p.requires_grad}
-        self.weights = nn.ParameterDict({_key(n): nn.Parameter(p.detach()) for n, p in stacked.items() if n in trainable})
+        self.weights = nn.ParameterDict(
+            {_key(n): nn.Parameter(p.detach()) for n, p in stacked.items() if n in trainable}
+        )
         self.fixed = nn.ParameterDict(
-            {_key(n): nn.Parameter(t.detach(), requires_grad=False) for n, t in {**stacked, **buffers}.items()
-             if n not in trainable}
+            {
+                _key(n): nn.Parameter(t.detach(), requires_grad=False)
+                for n, t in {**stacked, **buffers}.items()
+                if n not in trainable
+            }
         )
         self.trainable = [n for n in stacked if n in trainable]
         self.others = [n for n in {**stacked, **buffers} if n not in trainable]
