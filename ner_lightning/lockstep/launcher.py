@@ -7,8 +7,8 @@ or its share of the CPU's cores); with 1 they run one after another in this proc
 composed once, by the sweeper, and travels to its worker composed.
 
 Each cell keeps its own Hydra job — folder, ``.hydra/``, ``cell.json``, ``partition.json``,
-``results.json`` or ``failure.json`` — set up before the group's fit (``run.open_member``) and
-ended after it (``run.close_member``). A cell that cannot be set up, or diverges, fails alone; a
+``results.json`` or ``failure.json`` — set up before the group's fit (``member_job.open_member``) and
+ended after it (``member_job.close_member``). A cell that cannot be set up, or diverges, fails alone; a
 group whose fit raises fails its own cells only. The group's ``last.ckpt`` lives in
 ``<sweep>/lockstep/<group>/``: an interrupted group's cells record the interruption, and a rerun of
 the sweep forms the same group and resumes it there (a cell with a ``last.ckpt`` of its own
@@ -32,8 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep.fit import fit_group, group_sha256
+from ner_lightning.lockstep.member_job import close_member, open_member
 from ner_lightning.lockstep.members import Member, config_refusal
-from ner_lightning.run import close_member, open_member
 from ner_lightning.settings import as_dict
 from ner_lightning.sweep.launchers import ParallelLauncher, log_progress
 from ner_lightning.sweep.signals import exit_code, interrupts_raised

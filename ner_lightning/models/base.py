@@ -105,8 +105,7 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         raise NotImplementedError
 
     def fit_to_data(self, dm: ModelData) -> None:
-        """What the family takes from the data it will train on, before its fit (``setup``; a
-        lockstep group calls it for each cell): the weighted losses' label counts (``HeadModule``)."""
+        """What the family takes from its training data before its fit (WCE's label counts)."""
 
     def after_optimizer_step(self) -> None:
         """Called after every optimiser step (the AUC families ascend α here)."""
@@ -143,11 +142,10 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         return RealWords.of(layout_of(batch).words, mask.size(1), mask.device)
 
     def padded_word_states(self, batch: dict, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Word states ``(B, W, H)`` in fp32 of a padded batch, from fixed-shape operations only
-        (for ``vmap``, ``ner_lightning.lockstep``): the encoder — under autocast to ``dtype`` when
-        given, as :meth:`word_states` runs it under mixed precision — with an additive key-padding
-        mask ``(B, 1, T, T)`` (the form Hugging Face adds to the attention scores as it is, in
-        every attention implementation, without asking the device whether it is all ones)."""
+        """Word states ``(B, W, H)`` in fp32 of a padded batch from fixed-shape operations only (for
+        ``vmap``, ``ner_lightning.lockstep``): the encoder, autocast to ``dtype`` if given, with an
+        additive key-padding mask ``(B, 1, T, T)`` (the form Hugging Face adds to the attention
+        scores as it is, in every attention implementation, without asking the device)."""
         ids, keep = batch["input_ids"], batch["attention_mask"].bool()
         square = keep[:, None, None, :].expand(ids.size(0), 1, ids.size(1), ids.size(1))
         additive = torch.zeros(square.shape, device=ids.device).masked_fill(~square, torch.finfo(torch.float32).min)
