@@ -5,6 +5,11 @@ where the cells' time went (the sums of their ``phase_s``) and the Table 2 grid 
         --out docs/bench_runs/workers_<date>/grid_sample.json
     python benchmarks/grid_sample.py --grid "loss=auc2t size=20,50,100,150,200,250,300,350,400,450,500,1000 \\
         partition=0,1,2,3,4,5,6,7" --extra "trainer=gpu logger=csv trainer.max_epochs=5" --launchers parallel
+    python benchmarks/grid_sample.py --launchers parallel,lockstep,lockstep@89b00a3   # a launcher at another commit
+
+A launcher written ``name@REV`` runs from a ``git worktree`` of ``REV`` (its own package and
+configs; the data found as this checkout finds it), so a launcher can be compared with its own
+earlier self in the same invocation.
 
 The default sample is 32 tiny-encoder cells (CE and AUC-2T, sizes 20 and 50, partitions 0–7; the
 closest CPU proxy of launch-bound GPU cells). Each launcher runs the sample in a fresh sweep folder
@@ -16,7 +21,9 @@ also scales by 30 / the sample's ``trainer.max_epochs``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shlex
 import shutil
 import statistics
@@ -25,7 +32,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from launchers import command  # benchmarks/launchers.py: the same command line per launcher
-from timing import timed_process, write_raw  # benchmarks/timing.py
+from timing import checkouts, timed_process, write_raw  # benchmarks/timing.py
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLE = "loss=ce,auc2t size=20,50 partition=0,1,2,3,4,5,6,7"
 TABLE2_CELLS = 12 * 30 * 4
@@ -56,17 +65,31 @@ def main() -> None:
     args = ap.parse_args()
     launchers = args.launchers.split(",")
     runs = []
-    for rnd in range(args.rounds):
-        for launcher in launchers if rnd % 2 == 0 else reversed(launchers):
-            sweep = args.root / f"{launcher.replace(':', '_')}_{rnd}"
-            shutil.rmtree(sweep, ignore_errors=True)
-            args.root.mkdir(parents=True, exist_ok=True)
-            _, wall = timed_process(command(args.grid, args.extra, sweep, launcher), log=sweep.with_suffix(".log"),
-                                    check=False)
-            done, sums, startups = phase_sums(sweep)
-            runs.append({"launcher": launcher, "round": rnd, "wall_s": wall, "cells": done, "phase_s": sums,
-                         "startup_s": sorted(startups)})
-            print(f"round {rnd}: {launcher} {done} cells in {wall:.1f} s", file=sys.stderr, flush=True)
+    env = dict(os.environ, NER_DATA_DIR=os.environ.get("NER_DATA_DIR", str(ROOT.parent / "shared" / "datasets")))
+    with contextlib.ExitStack() as stack:
+        where = {rev: next(iter(stack.enter_context(checkouts(ROOT, rev, args.root / f"worktree_{rev}")).values()))
+                 for rev in {launcher.partition("@")[2] for launcher in launchers} - {""}}
+        for rnd in range(args.rounds):
+            for launcher in launchers if rnd % 2 == 0 else reversed(launchers):
+                runs.append(_round(args, launcher, rnd, where, env))
+    _summary(args, launchers, runs)
+
+
+def _round(args, launcher: str, rnd: int, where: dict, env: dict) -> dict:
+    """One run of the sample under ``launcher`` (``name[:overrides][@REV]``) in a fresh sweep folder."""
+    name, _, rev = launcher.partition("@")
+    sweep = args.root / f"{launcher.replace(':', '_').replace('@', '_at_')}_{rnd}"
+    shutil.rmtree(sweep, ignore_errors=True)
+    args.root.mkdir(parents=True, exist_ok=True)
+    _, wall = timed_process(command(args.grid, args.extra, sweep, name), cwd=where.get(rev), env=env,
+                            log=sweep.with_suffix(".log"), check=False)
+    done, sums, startups = phase_sums(sweep)
+    print(f"round {rnd}: {launcher} {done} cells in {wall:.1f} s", file=sys.stderr, flush=True)
+    return {"launcher": launcher, "round": rnd, "wall_s": wall, "cells": done, "phase_s": sums,
+            "startup_s": sorted(startups)}
+
+
+def _summary(args, launchers: list[str], runs: list[dict]) -> None:
     epochs = next((int(a.split("=", 1)[1]) for a in shlex.split(args.extra) if a.startswith("trainer.max_epochs=")), None)
     scale = (args.epochs_to / epochs) if args.epochs_to and epochs else 1.0
     print("| launcher | cells | wall (median) | cells / hour | start-up after each worker's first (median) | "
@@ -93,8 +116,7 @@ def main() -> None:
 
 def _workers(launcher: str) -> int:
     """Cells that paid a process start-up: one per worker (the sample's first cells)."""
-    import os
-
+    launcher = launcher.partition("@")[0]
     if not launcher.startswith(("parallel", "lockstep")):
         return 1
     own = dict(o.split("=", 1) for o in launcher.split(":")[1:])
