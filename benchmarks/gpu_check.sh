@@ -1,56 +1,80 @@
 #!/usr/bin/env bash
-# The GPU check (make gpu-check runs it after installing; on a machine without a package index,
-# inside the offline bundle: bash .offline/run.sh bash benchmarks/gpu_check.sh OUT [PART ...]).
-# Parts (default: all, in this order): env, precision, bench, default, grid, lockstep, lockstep-grid,
-# agreement.
-# GRID_SIZES and GRID_EXTRA (more overrides, e.g. "trainer.max_epochs=3 trainer.min_epochs=3")
-# shape the grid parts; each grid part ends with every cell's phases (results.json phase_s).
-# Each part writes its tables to stdout and its JSON or text into OUT; a failing part does not stop
-# the others, and each is bounded by its own time limit.
+# The GPU check: what a lent GPU machine (15 minutes, start-up included) must tell us, most
+# important first, in parts whose time limits add up to at most 10 minutes (`gpu_check.sh OUT
+# limits` prints them). Each part writes its JSON into OUT as soon as it ends, so a lend cut short
+# keeps what ran. `make gpu-check` runs it after installing; on a machine without a package index,
+# inside the offline bundle: bash .offline/run.sh bash benchmarks/gpu_check.sh OUT [PART ...].
+#   env        the machine, the versions, the commit
+#   group      (a) a lockstep group of 8 CE cells (size 50) trains, selects and tests, in bf16-mixed
+#              and in 32-true, under the default logger (W&B offline and CSV): group_<precision>.json
+#   grid       (b) AUC-2T on the paper's Table 2 shape (12 sizes x 8 partitions, trainer.max_epochs=5)
+#              under lockstep, then under the parallel launcher: grid_<launcher>.json, each with the
+#              Table 2 grid (x30 partitions x4 methods) extrapolated at its rate when every cell ended
+#   agreement  (c) 16 CE cells (size 50) under lockstep and alone (parallel): paired test-F1
+#              differences: agreement.json
+# The same script runs on a CPU (CHECK_DEVICE=cpu, the tiny encoder: tests/test_gpu_check.py), so on
+# a GPU only the device changes. CHECK_MODEL, CHECK_EXTRA (overrides of every run), GROUP_SIZE,
+# GRID_SIZES, GRID_PARTITIONS and AGREE_PARTITIONS shape it.
 set -u
 OUT=${1:?usage: gpu_check.sh OUT [PART ...]}; shift
-PY=${PY:-python3}; PARTS=${*:-env precision bench default grid lockstep lockstep-grid agreement}
-SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}; EXTRA=${GRID_EXTRA:-}
+PY=${PY:-python3}; PARTS=${*:-env group grid agreement}
+DEVICE=${CHECK_DEVICE:-gpu}; MODEL=${CHECK_MODEL:-minilm}; EXTRA=${CHECK_EXTRA:-}
+GROUP_SIZE=${GROUP_SIZE:-50}
+GRID_SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}
+GRID_PARTITIONS=${GRID_PARTITIONS:-0,1,2,3,4,5,6,7}
+AGREE_PARTITIONS=${AGREE_PARTITIONS:-0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}
+# Seconds: env; each precision of group; each launcher of grid; each side of agreement; each summary.
+# (A process that ignores SIGTERM at its limit is killed 5 s later.)
+L_ENV=10; L_GROUP=70; L_GRID=120; L_AGREE=85; L_SUMMARY=5
+TOTAL=$((L_ENV + 2 * L_GROUP + 2 * L_GRID + 2 * L_AGREE + 20 + 4 * L_SUMMARY))
+export WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 # The offline bundle's tar rewrites the target of the link ner_lightning/conf -> ../conf: point it back.
 [ -f ner_lightning/conf/config.yaml ] || ln -sfn ../conf ner_lightning/conf
-$PY -c "import torch; assert torch.cuda.is_available(), 'the GPU check needs a GPU (a CUDA build of torch: docs/gpu_and_cluster.md)'" || exit 1
+if [ "$DEVICE" = gpu ] && [ "$PARTS" != limits ]; then
+  $PY -c "import torch; assert torch.cuda.is_available(), 'the GPU check needs a GPU (a CUDA build of torch: docs/gpu_and_cluster.md)'" || exit 1
+fi
+WORK=${CHECK_WORK:-/tmp/gpu_check}; rm -rf "$WORK"; mkdir -p "$WORK"
+COMMON="trainer=$DEVICE model=$MODEL trainer.enable_progress_bar=false $EXTRA"
 part() { echo "== $1 ($(date -u +%T))"; }
-phases() {  # each cell's seconds by phase, from its results.json
-  $PY -c "import json, sys, pathlib
-for f in sorted(pathlib.Path(sys.argv[1]).glob('*/results.json'), key=lambda f: int(f.parent.name.split('_')[0])):
-    r = json.loads(f.read_text()); print(f.parent.name.split('_')[0], {k: round(v, 1) for k, v in r.get('phase_s', {}).items()})" "$1" | tee "$2"
+count() { tr ',' '\n' <<< "$1" | wc -l; }
+# run LIMIT SWEEP ARGS...: a multirun bounded by LIMIT seconds; prints its wall seconds and exit code.
+run() {
+  local limit=$1 sweep=$2; shift 2
+  local t0; t0=$(date +%s%N)
+  timeout -k 5 "$limit" $PY -m ner_lightning.run -m "$@" hydra.sweep.dir="$sweep" > "$sweep.log" 2>&1
+  local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  printf '%d.%03d %d\n' $((ms / 1000)) $((ms % 1000)) "$rc"
+}
+summary() {  # summary SWEEP OUT.json WALL RC [EXPECTED]
+  timeout "$L_SUMMARY" $PY benchmarks/gpu_check_summary.py "$1" "$2" --wall "$3" --exit "$4" ${5:+--expected "$5"}
 }
 for p in $PARTS; do
   case $p in
+    limits) echo "limits: env $L_ENV s, group 2x$L_GROUP s, grid 2x$L_GRID s, agreement 2x$L_AGREE+20 s, summaries 4x$L_SUMMARY s: $TOTAL s in all" ;;
     env) part env
-      { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
-        $PY -c "import torch, transformers, pytorch_lightning as pl; print('torch', torch.__version__, '| transformers', transformers.__version__, '| lightning', pl.__version__)"
-        git rev-parse --short HEAD 2>/dev/null || true; } | tee "$OUT/env.txt" ;;
-    precision) part precision; timeout 120 $PY -m ner_lightning.precision measure --accelerator gpu --force ;;
-    bench) part bench; timeout 300 $PY benchmarks/bench_ce.py --out "$OUT/bench_ce.json" trainer=gpu ;;
-    default) part default; timeout 120 $PY benchmarks/default_job.py --out "$OUT/default_cell.json" trainer=gpu logger=csv ;;
-    grid) part grid
-      timeout 300 $PY -m ner_lightning.run -m loss=auc2t size=$SIZES partition=0,1 hydra/launcher=parallel \
-        trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.sweep.dir=/tmp/gpu_check/grid_row_sample $EXTRA
-      $PY -m ner_lightning.sweep status /tmp/gpu_check/grid_row_sample --cells | tee "$OUT/grid_row_sample.txt"
-      phases /tmp/gpu_check/grid_row_sample "$OUT/grid_row_sample_phases.txt" ;;
-    lockstep) part lockstep
-      timeout 240 $PY benchmarks/lockstep_step.py --device cuda --models ${LOCKSTEP_MODELS:-tiny,minilm} --cells 8,32 --precisions 32,bf16 \
-        --out "$OUT/lockstep_step.json" ;;
-    lockstep-grid) part lockstep-grid  # CE (a family that stacks): each size's 8 partitions, parallel then lockstep
-      [ -f conf/hydra/launcher/lockstep.yaml ] || { echo "no lockstep launcher in this commit"; continue; }
-      for launcher in parallel lockstep; do
-        TIMEFORMAT="$launcher: wall %R s"
-        time (timeout 300 $PY -m ner_lightning.run -m loss=ce size=$SIZES partition=0,1,2,3,4,5,6,7 \
-          hydra/launcher=$launcher trainer=gpu trainer.precision=32-true logger=csv trainer.enable_progress_bar=false \
-          hydra.sweep.dir=/tmp/gpu_check/ce_$launcher $EXTRA 2>&1 | grep -v INFO)
-        $PY -m ner_lightning.sweep status /tmp/gpu_check/ce_$launcher | tee "$OUT/ce_$launcher.txt"
-        phases /tmp/gpu_check/ce_$launcher "$OUT/ce_${launcher}_phases.txt"
+      timeout "$L_ENV" bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || lscpu | grep 'Model name'; nproc
+        $PY -c 'import torch, transformers, pytorch_lightning as pl; print(\"torch\", torch.__version__, \"| transformers\", transformers.__version__, \"| lightning\", pl.__version__)'
+        git rev-parse --short HEAD 2>/dev/null || true; }" | tee "$OUT/env.txt" ;;
+    group) part group  # (a)
+      for precision in bf16-mixed 32-true; do
+        read -r wall rc < <(run "$L_GROUP" "$WORK/group_$precision" loss=ce size="$GROUP_SIZE" partition=0,1,2,3,4,5,6,7 \
+          hydra/launcher=lockstep trainer.precision=$precision callbacks.eval_precision.precision=$precision \
+          logger=default trainer.max_epochs=3 trainer.min_epochs=1 data.dev_size=500 $COMMON)
+        summary "$WORK/group_$precision" "$OUT/group_$precision.json" "$wall" "$rc" 8
       done ;;
-    agreement) part agreement  # 16 MiniLM CE cells (size 50) under parallel and lockstep: paired test-F1 differences
-      timeout 420 $PY benchmarks/lockstep_agreement.py --extra "trainer=gpu trainer.precision=32-true $EXTRA" --alone parallel \
-        --out "$OUT/lockstep_agreement.json" ;;
+    grid) part grid  # (b)
+      expected=$(( $(count "$GRID_SIZES") * $(count "$GRID_PARTITIONS") ))
+      for launcher in lockstep parallel; do
+        read -r wall rc < <(run "$L_GRID" "$WORK/grid_$launcher" loss=auc2t size="$GRID_SIZES" partition="$GRID_PARTITIONS" \
+          hydra/launcher=$launcher trainer.precision=bf16-mixed callbacks.eval_precision.precision=bf16-mixed \
+          logger=csv trainer.max_epochs=5 $COMMON)
+        summary "$WORK/grid_$launcher" "$OUT/grid_$launcher.json" "$wall" "$rc" "$expected"
+      done ;;
+    agreement) part agreement  # (c)
+      timeout -k 5 $((2 * L_AGREE + 20)) $PY benchmarks/lockstep_agreement.py --grid "loss=ce size=$GROUP_SIZE partition=$AGREE_PARTITIONS" \
+        --extra "trainer.precision=bf16-mixed callbacks.eval_precision.precision=bf16-mixed data.dev_size=500 trainer.max_epochs=3 trainer.min_epochs=1 $COMMON" \
+        --alone parallel --timeout "$L_AGREE" --root "$WORK/agreement" --out "$OUT/agreement.json" ;;
     *) echo "unknown part $p"; exit 2 ;;
   esac
 done

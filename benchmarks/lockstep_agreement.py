@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,12 +43,34 @@ def test_f1(sweep: Path) -> dict[int, float]:
     return out
 
 
+def bounded(cmd: list[str], log: Path, timeout: float | None) -> tuple[int, float]:
+    """``cmd`` to its end or ``timeout`` seconds, then SIGTERM to its whole process group (the
+    launcher's workers too); its exit code (124 when stopped) and wall seconds."""
+    if timeout is None:
+        return timed_process(cmd, log=log, check=False)
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            rc = 124
+    return rc, time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", default=GRID)
     ap.add_argument("--extra", default="", help="overrides of both runs (trainer=gpu, trainer.max_epochs=…)")
     ap.add_argument("--lockstep-extra", default="", help="overrides of the lockstep run only")
     ap.add_argument("--alone", default="local", help="the launcher of the cells alone: local or parallel")
+    ap.add_argument("--timeout", type=float, help="seconds each way may run (then it is stopped: its finished cells count)")
     ap.add_argument("--root", type=Path, default=Path("/tmp/lockstep_agreement"))
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -53,9 +79,11 @@ def main() -> None:
         sweep = args.root / name
         shutil.rmtree(sweep, ignore_errors=True)
         args.root.mkdir(parents=True, exist_ok=True)
-        rc, wall = timed_process(command(args.grid, extra, sweep, launcher), log=sweep.with_suffix(".log"), check=False)
+        rc, wall = bounded(command(args.grid, extra, sweep, launcher), sweep.with_suffix(".log"), args.timeout)
         runs[name] = {"launcher": launcher, "exit": rc, "wall_s": wall, "test_f1": test_f1(sweep)}
         print(f"{name} ({launcher}): {len(runs[name]['test_f1'])} cells in {wall:.1f} s (exit {rc})", file=sys.stderr)
+        if args.out:  # as it goes: a run cut short keeps what ran before
+            write_raw(args.out, {"grid": args.grid, "extra": args.extra, "runs": runs, "complete": False})
     paired = sorted(set(runs["alone"]["test_f1"]) & set(runs["lockstep"]["test_f1"]))
     deltas = [runs["lockstep"]["test_f1"][p] - runs["alone"]["test_f1"][p] for p in paired]
     mean = statistics.fmean(deltas) if deltas else float("nan")
@@ -69,7 +97,7 @@ def main() -> None:
           f"{ratio:.2f}× |")
     if args.out:
         write_raw(args.out, {"grid": args.grid, "extra": args.extra, "lockstep_extra": args.lockstep_extra,
-                             "runs": runs, "deltas": deltas, "mean": mean, "interval_95": [low, high], "speedup": ratio})
+                             "runs": runs, "complete": True, "paired": paired, "deltas": deltas, "mean": mean, "interval_95": [low, high], "speedup": ratio})
 
 if __name__ == "__main__":
     main()

@@ -91,6 +91,13 @@ class OneVsAllModule(AUCMinMax):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + len(self.label_steps))
         return [sorted(torch.randperm(len(self.label_set), generator=g)[: self.m].tolist())]
 
+    def lockstep_refusal(self) -> str | None:
+        """OVA-AUC takes one optimiser step per label group (B, I, O) on a fresh forward each, and
+        OVA-AUC-MAML samples its labels per step: a group's one stacked step per batch is neither."""
+        if self.automatic_optimization:
+            return "ova_bce has no fixed-shape loss (contracts.Stackable)"
+        return f"{self.objective} takes several optimiser steps per batch (OVA-AUC Algorithms 1 and 2)"
+
     def decode(self, batch: dict) -> torch.Tensor:
         return torch.sigmoid(self.heads(self.word_states(batch))).argmax(-1)  # eq. 2
 
