@@ -408,8 +408,9 @@ def test_wandb_group_is_the_experiment_and_start_time_of_the_sweep():
 def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg, monkeypatch):
     """Each attempt of a cell starts W&B (offline) with the cell's run id and ``resume=allow``:
     W&B files both attempts' records under one run; another cell in the folder is another run."""
-    import wandb
     from hydra.utils import instantiate
+
+    from ner_lightning.wandb_logging import finish_wandb
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = toy_cfg("logger=wandb")
@@ -423,7 +424,7 @@ def test_the_attempts_of_a_cell_log_into_one_wandb_run(tmp_path, toy_cfg, monkey
             logger.log_metrics({"val/f1": 0.5}, step=0)
             return logger.experiment.id
         finally:
-            wandb.finish()
+            finish_wandb([logger])  # the cell's own run (each of a lockstep group's cells has one)
 
     first = attempt("sha-A")
     assert attempt("sha-A") == first  # the resumed attempt: the same W&B run
@@ -439,7 +440,7 @@ def test_an_offline_wandb_run_starts_without_warnings(tmp_path, toy_cfg, capfd, 
     """The configured W&B logger starts its (offline) run although an override is longer than a
     W&B tag may be (the toy corpus' path), and without W&B's warning about the `anonymous`
     setting that Lightning's logger always passes."""
-    import wandb
+    from ner_lightning.wandb_logging import finish_wandb
     from hydra.utils import instantiate
 
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -452,7 +453,7 @@ def test_an_offline_wandb_run_starts_without_warnings(tmp_path, toy_cfg, capfd, 
         assert max(map(len, spec["tags"])) > 64 and max(map(len, run.tags)) == 64
         assert "logger=wandb" in run.tags
     finally:
-        wandb.finish()
+        finish_wandb([logger])
     assert "WARNING" not in capfd.readouterr().err
 
 
