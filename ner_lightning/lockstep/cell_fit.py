@@ -23,6 +23,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
+from ner_lightning.callbacks.checkpointing import selecting_checkpoint
 from ner_lightning.callbacks.predictions import PredictionWriter
 from ner_lightning.lockstep.members import Member
 from ner_lightning.metrics import flat_scores, span_scores
@@ -60,7 +61,7 @@ class CellFit:
             member,
             min_epochs,
             stopping=_one(callbacks, EarlyStopping),
-            selection=next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.filename != "last"), None),
+            selection=selecting_checkpoint(member.run.trainer),  # the one a cell alone tests with
             writer=_one(callbacks, PredictionWriter),
         )
 

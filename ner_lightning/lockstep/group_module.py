@@ -110,12 +110,12 @@ class LockstepModule(pl.LightningModule):
         epoch = self.current_epoch
         for k in self.training_cells():
             self.cells[k].stepped(losses[k], self.cells[k].module.train_batches, epoch, batch[k]["input_ids"].size(0))
-        self.log("cells", float(len(self.training_cells())), prog_bar=True, logger=False)
 
     def on_train_epoch_end(self) -> None:
         every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning's logger connector
         for k in self.training_cells():
             self.cells[k].epoch_ended(self.current_epoch, every)
+        self.log("cells_training", float(len(self.training_cells())), prog_bar=True, logger=False)
         if not self.training_cells():
             self.trainer.should_stop = True
 

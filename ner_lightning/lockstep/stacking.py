@@ -173,13 +173,19 @@ class StackedCells(nn.Module):
     def set_grads(self, grads: dict[str, torch.Tensor], clip_norm: float | None) -> None:
         """Each cell's gradient into ``.grad``, scaled as ``clip_grad_norm_(clip_norm)`` scales it
         for that cell alone (the norm over the optimiser's parameters)."""
-        factor = None
-        if clip_norm:
-            norms = torch.stack([grads[n].flatten(1).pow(2).sum(1) for n in self.stepped]).sum(0).sqrt()
-            factor = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
-        for name, p in self.params().items():
-            g = grads[name]
-            p.grad = g if factor is None else g * factor.view(-1, *[1] * (g.dim() - 1))
+        params = self.params()
+        if clip_norm:  # one norm per cell and tensor, then one per cell; one fused multiply (foreach)
+            norms = torch.stack(
+                [torch.linalg.vector_norm(grads[n], dim=tuple(range(1, grads[n].dim()))) for n in self.stepped]
+            )
+            factor = (clip_norm / (torch.linalg.vector_norm(norms, dim=0) + 1e-6)).clamp(max=1.0)
+            scales = [factor.view(-1, *[1] * (grads[n].dim() - 1)) for n in params]
+            scaled = torch._foreach_mul([grads[n] for n in params], scales)
+            for p, g in zip(params.values(), scaled, strict=True):
+                p.grad = g
+            return
+        for name, p in params.items():
+            p.grad = grads[name]
 
     def after_step(self) -> None:
         """What the family moves outside its optimiser (the AUC losses' α ascent); gradients cleared."""
