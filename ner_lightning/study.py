@@ -58,10 +58,18 @@ from typing import Any
 
 from ner_lightning import registration
 from ner_lightning.report.claim_spec import family_directions, load_claims, scored_metric
+from ner_lightning.report.study_diagnostics import diagnose
 from ner_lightning.report.study_table import show, table, update_block
 from ner_lightning.results import write_json_atomic
 from ner_lightning.study_looks import decisions, run_looks
-from ner_lightning.study_plan import family_alpha, look_levels, plan_of, read_deviations, study_wide_error
+from ner_lightning.study_plan import (
+    family_alpha,
+    look_levels,
+    look_partitions,
+    plan_of,
+    read_deviations,
+    study_wide_error,
+)
 from ner_lightning.sweep import cells
 
 RECORD = "study.json"
@@ -204,6 +212,7 @@ def replay_study(path: Path, folder: Path) -> dict:
     if any(scored_metric(c, settings, as_run_scoring) != scored_metric(c, settings, SCORING) for c in claims):
         record["as_run"] = recorded  # judged on other metrics than the registered ones
     record["deviations"] = deviations.get("note")
+    record["diagnostics"] = diagnose(record, claims, folder, lambda n: look_partitions(plan, n))
     record["study_wide_error"] = study_wide_error(plan, list(family_directions(claims)))
     registered = registration.read(path)
     record["registration"] = registration.provenance(path, registered, folder) if registered else None

@@ -87,6 +87,9 @@ def run_looks(
                     "p": j.p,
                     "p_reverse": j.p_reverse,
                     "p_holm": j.p_holm,
+                    "sd": j.sd,
+                    "deltas": dict(zip(j.labels, j.deltas, strict=True)),
+                    "resumed": j.resumed,
                 }
                 record["verdicts"][str(j.claim["id"])] = {"verdict": j.verdict, "look": 1, "partitions": n_k}
             open_ids = []
@@ -118,6 +121,8 @@ def sequential_look(
         "interval_at_level": [low, high],
         "sd": j.sd,
         "planning_sd": j.claim.get("planning_sd"),
+        "deltas": dict(zip(j.labels, j.deltas, strict=True)),
+        "resumed": j.resumed,
     }
     if robust:
         stats["robust"] = {

@@ -37,6 +37,7 @@ of a file's grids: ``ner_lightning.study``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections import Counter
@@ -80,6 +81,7 @@ class Judged:
     verdict: str = ""
     detectable: float = math.nan  # :func:`detectable_effect` at the family's strictest level
     deltas: tuple[float, ...] = ()  # Δ of each partition (the replicates)
+    labels: tuple[str, ...] = ()  # the partition of each Δ
 
 
 def symmetric_adjusted(p_for: list[float], p_reverse: list[float], families: list[str]) -> tuple[list, list]:
@@ -253,9 +255,9 @@ def judge(
     resumed = sorted(os.path.relpath(r["_dir"], root) for r in used if r.get("resumed_from"))
     mean, sd, span = float(np.mean(d)), float(np.std(d, ddof=1)), (min(seeds), max(seeds))
     reverse = p_against(d, claim["relation"], margin)
-    return Judged(
-        claim, len(d), mean, low, high, boot.low, boot.high, p, reverse, sd, resumed, span, deltas=tuple(d.tolist())
-    )
+    replicates = (tuple(d.tolist()), tuple(deltas))
+    judged = Judged(claim, len(d), mean, low, high, boot.low, boot.high, p, reverse, sd, resumed, span)
+    return dataclasses.replace(judged, deltas=replicates[0], labels=replicates[1])
 
 
 def decide(judged: list[Judged], alpha: float, one_family: bool = False) -> None:

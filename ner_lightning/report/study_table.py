@@ -109,7 +109,67 @@ def show(record: dict) -> str:
         )
     if record.get("deviations"):
         out.append(f"\nDeviation: {record['deviations'].strip()}")
+    if record.get("diagnostics"):
+        out.append("\n" + diagnostics(record["diagnostics"]))
     return "\n".join(out)
+
+
+def _interval(pair) -> str:
+    return f"[{pair[0]:+.4f}, {pair[1]:+.4f}]" if pair else "—"
+
+
+def _estimates(cid: str, d: dict) -> str:
+    naive, adj = d["naive"], d["adjusted"]
+    staged = (
+        f"{adj['estimate']:+.4f} {_interval(adj['interval'])} | {adj['p']:.3g} / {adj['p_reverse']:.3g}"
+        if adj
+        else "— (a two-sided claim, a fixed design or no spread) | —"
+    )
+    w = d["wilcoxon"]
+    reach = f"1/2^{d['n']} = {w['min_p']:.3g}" + (
+        "" if w["can_reach"] else f" > level {w['level']:.3g}: cannot reach the level"
+    )
+    inf = d["influence"]
+    moved = (
+        f"{inf['partition']} (Δ {inf['delta']:+.4f}; mean without {inf['mean_without']:+.4f}, "
+        f"SD {inf['sd_without']:.4f})"
+        if inf
+        else "—"
+    )
+    return (
+        f"| {cid} | {d['look']} ({d['n']}) | {naive['mean']:+.4f} {_interval(naive['interval'])} | {staged} | "
+        f"{reach} | {moved} | {_interval(inf.get('loo_range'))} | {', '.join(d['resumed']) or '—'} |"
+    )
+
+
+def diagnostics(diag: dict) -> str:
+    """The post-hoc block (``report.study_diagnostics``): estimates after the stop, the Wilcoxon
+    test's reach, influence, resumed cells, and the scorer's view of each method's spans."""
+    lines = [
+        "Post hoc, beside the registered rule (no verdict depends on it; `ner_lightning/report/study_diagnostics.py`):",
+        "",
+        "| claim | stopped at look (n) | naive mean Δ [95 % t-interval] | stage-wise median-unbiased Δ "
+        "[95 % interval] | stage-wise p / reverse | Wilcoxon's smallest one-sided p at n (descriptive, "
+        "not a sequential test) | partition whose removal moves the mean most | leave-one-out means | "
+        "resumed cells |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(_estimates(cid, d) for cid, d in diag.items()),
+        "",
+        "Predicted test spans that only the lenient scorer counts (they start with I- or change type "
+        "inside a span; strict IOB2 drops them), summed over each claim's judged cells. Lenient F1 "
+        "counts them as spans, strict F1 does not: a method with a larger share scores relatively "
+        "better under the lenient scorer whenever such spans match gold ones, and worse when they "
+        "are spurious.",
+        "",
+        "| claim | method | predicted spans strict / lenient | share only lenient counts |",
+        "|---|---|---|---|",
+    ]
+    for cid, d in diag.items():
+        for method, sums in d["scorer"].items():
+            lines.append(
+                f"| {cid} | {method} | {sums['strict']:,} / {sums['lenient']:,} | {100 * sums['share']:.1f} % |"
+            )
+    return "\n".join(lines)
 
 
 def update_block(doc: Path, claims_file: str, text: str) -> None:
