@@ -1,5 +1,5 @@
 """One grid cell's steps around its fit, shared by a cell trained alone (``protocols.train``) and
-a cell trained in a lockstep group (``lockstep_fit``): who the cell is (:class:`Cell`), its set-up
+a cell trained in a lockstep group (``lockstep.member_job``): who the cell is (:class:`Cell`), its set-up
 (:func:`setup_cell`: encoder, partition, family, Trainer) and its end (:func:`finish_cell`: test
 with the selected weights, ``results.json``, export, checkpoint clean-up)."""
 
@@ -84,7 +84,7 @@ class CellRun:
     trainer: pl.Trainer
     callbacks: list
     loggers: list
-    lockstep: dict | None = None  # the group a lockstep cell trained in (``lockstep_fit``)
+    lockstep: dict | None = None  # the group a lockstep cell trained in (``lockstep.launcher``)
     carried: dict[str, float] = field(default_factory=dict)  # seconds by phase spent for it before its end
 
 
