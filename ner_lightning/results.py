@@ -66,9 +66,7 @@ class CellResult:
     labels: dict | None = None  # entity types of each head: main and, multi-corpus, each auxiliary corpus
     predictions: dict | None = None  # split -> CoNLL file of the selected model's predictions (callbacks.predictions)
     export: str | None = None  # the exported model's folder (export=true; ner_lightning.export)
-    lockstep: dict | None = (
-        None  # the lockstep group it trained in (hydra/launcher=lockstep; ner_lightning.lockstep)
-    )
+    lockstep: dict | None = None  # the lockstep group it trained in (hydra/launcher=lockstep; ner_lightning.lockstep)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
