@@ -146,7 +146,10 @@ def diagnostics(diag: dict) -> str:
     """The post-hoc block (``report.study_diagnostics``): estimates after the stop, the Wilcoxon
     test's reach, influence, resumed cells, and the scorer's view of each method's spans."""
     lines = [
-        "Post hoc, beside the registered rule (no verdict depends on it; `ner_lightning/report/study_diagnostics.py`):",
+        "Post hoc, beside the registered rule (no verdict depends on it; "
+        "`ner_lightning/report/study_diagnostics.py`). The stage-wise estimate and interval are exact for "
+        "Δ/σ and shown × the stopping look's SD; at 5 partitions that interval is wider than the naive "
+        "t-interval, which ignores that the look was chosen by the data:",
         "",
         "| claim | stopped at look (n) | naive mean Δ [95 % t-interval] | stage-wise median-unbiased Δ "
         "[95 % interval] | stage-wise p / reverse | Wilcoxon's smallest one-sided p at n (descriptive, "
