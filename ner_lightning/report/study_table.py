@@ -164,14 +164,15 @@ def diagnostics(diag: dict) -> str:
         "better under the lenient scorer whenever such spans match gold ones, and worse when they "
         "are spurious.",
         "",
-        "| claim | method | predicted spans strict / lenient | share only lenient counts |",
-        "|---|---|---|---|",
+        "| claim | predicted spans strict / lenient, and the share only the lenient scorer counts, per method |",
+        "|---|---|",
     ]
     for cid, d in diag.items():
-        for method, sums in d["scorer"].items():
-            lines.append(
-                f"| {cid} | {method} | {sums['strict']:,} / {sums['lenient']:,} | {100 * sums['share']:.1f} % |"
-            )
+        shares = "; ".join(
+            f"{method} {sums['strict']:,} / {sums['lenient']:,} ({100 * sums['share']:.1f} %)"
+            for method, sums in d["scorer"].items()
+        )
+        lines.append(f"| {cid} | {shares or '—'} |")
     return "\n".join(lines)
 
 
