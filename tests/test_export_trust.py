@@ -187,3 +187,36 @@ def test_check_buildable_resolves_names_only_after_every_string_passed():
     with pytest.raises(UntrustedConfigError, match="loss.token_loss._target_"):
         check_buildable(loss, NERModule, "loss", "f", Trust(modules=("ner_lightning_extra",)))
     assert check_buildable(loss, NERModule, "loss", "f", Trust(everything=True)) is None
+
+
+FAMILY = "ner_lightning.models.token_classification.TokenClassificationModule"
+
+
+@pytest.mark.parametrize("node, key, why", [
+    # another package's class reached through one of our modules: only the __module__ rule refuses it
+    ({"_target_": FAMILY, "token_loss": {"_target_": "ner_lightning.losses.nn.Linear"}},
+     "loss.token_loss._target_", "'ner_lightning.losses.nn.Linear' is not a torch.nn.modules.module.Module class defined there"),
+    # a function of ours where a class is needed
+    ({"_target_": FAMILY, "token_loss": {"_target_": "ner_lightning.trust.trust_of"}},
+     "loss.token_loss._target_", "'ner_lightning.trust.trust_of' is not a torch.nn.modules.module.Module class"),
+    # a class of ours of the wrong base: at the root, at depth 2, in a list item
+    ({"_target_": "ner_lightning.losses.CrossEntropy"},
+     "loss._target_", "is not a ner_lightning.models.base.NERModule class"),
+    ({"_target_": FAMILY, "a": {"b": {"_target_": "ner_lightning.trust.Trust"}}},
+     "loss.a.b._target_", "'ner_lightning.trust.Trust' is not a torch.nn.modules.module.Module class"),
+    ({"_target_": FAMILY, "heads": [{"_target_": "ner_lightning.trust.Trust"}]},
+     "loss.heads.0._target_", "'ner_lightning.trust.Trust' is not a torch.nn.modules.module.Module class"),
+    # through a re-export, nested: our name, torch's class
+    ({"_target_": FAMILY, "a": [{"b": {"_target_": "ner_lightning.models.heads.nn.Dropout"}}]},
+     "loss.a.0.b._target_", "'ner_lightning.models.heads.nn.Dropout' is not a torch.nn.modules.module.Module class defined there"),
+])
+def test_each_rule_after_import_refuses_what_only_it_refuses_and_names_the_key(node, key, why):
+    """The rules checked once a target is imported (a class, of the right base, defined in an
+    allowed module), each with a target that passes every rule before it; the message names the
+    key in the file."""
+    from ner_lightning.models.base import NERModule
+    from ner_lightning.trust import UntrustedConfigError, check_buildable
+
+    with pytest.raises(UntrustedConfigError) as refused:
+        check_buildable(node, NERModule, "loss", "cell/config.yaml")
+    assert str(refused.value).startswith(f"cell/config.yaml: {key}: ") and why in str(refused.value)

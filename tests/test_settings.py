@@ -57,8 +57,8 @@ IDENTITIES = {
 def test_a_mistyped_run_setting_fails_at_composition_naming_its_key(override, key, says):
     with pytest.raises(ConfigCompositionException) as err:
         compose_config([override], tempfile.mkdtemp())
-    text = f"{err.value} {err.value.__cause__}"
-    assert override in text and says in text and key.split(".")[-1] in text
+    message = str(err.value.__cause__)  # the schema's message, not the override echoed back
+    assert says in message and f"full_key: {key}" in message
 
 
 @pytest.mark.parametrize(
