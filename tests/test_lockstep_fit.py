@@ -127,3 +127,37 @@ def test_a_bf16_mixed_group_trains_on_a_cpu(toy_data_dir, tmp_path):
         assert result["lockstep"]["cells"] == 3 and result["lockstep"]["dev_precision"] == "bf16-mixed"
         assert result["precision"]["train"] == "bf16-mixed"
         assert result["best_epoch"] is not None and result["test"]["micro"]["f1"] >= 0
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_fails_its_groups_cells_only_and_the_rerun_resumes_them(toy_data_dir, tmp_path):
+    """Two groups (CE, focal) on two workers; the focal group's worker dies mid-fit (os._exit(9)
+    after the group's first last.ckpt): its two cells fail, the CE group's finish; the rerun of the
+    same command runs only the focal cells, resuming their group from its last.ckpt."""
+    from ner_lightning.config import REPO_ROOT
+
+    sweep = tmp_path / "s"
+    args = ["-m", "loss=ce,focal", "partition=0,1", *TOY, *NO_DROPOUT, *SEVERAL, "trainer.max_epochs=4",
+            "callbacks.model_checkpoint.monitor=null", "callbacks.early_stopping=null",  # dev written every epoch
+            "callbacks.last_checkpoint.min_interval_s=0",
+            "callbacks.predictions._target_=tests.worker_crash.ExitOnceInDev", "hydra/launcher=lockstep",
+            "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]
+    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true",
+               PYTHONPATH=str(REPO_ROOT), CRASH_FLAG=str(tmp_path / "crashed"), OMP_NUM_THREADS="1")
+    first = subprocess.run([sys.executable, "-m", "ner_lightning.run", *args], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    out = first.stdout + first.stderr
+    assert first.returncode != 0 and (tmp_path / "crashed").exists(), out[-3000:]
+    assert "4 cells — 4 ran, 2 failed" in out and "died (exit code 9)" in out
+    done = {json.loads(p.read_text())["grid"]["loss"] for p in sweep.glob("*/results.json")}
+    assert done == {"ce"} and len(list(sweep.glob("*/results.json"))) == 2
+    assert list(sweep.glob("lockstep/*/last.ckpt"))  # the dead group's checkpoint, for the rerun
+
+    rerun = subprocess.run([sys.executable, "-m", "ner_lightning.run", *args], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, out[-3000:]
+    assert "4 cells — 2 done, 2 to run" in out and "lockstep group resumes from" in out
+    results = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
+    assert sorted(r["grid"]["loss"] for r in results) == ["ce", "ce", "focal", "focal"]
+    assert all(r["lockstep"]["cells"] == 2 for r in results)
