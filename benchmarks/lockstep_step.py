@@ -90,11 +90,7 @@ def measure(model: str, k: int, rounds: int, out: Path, device: str = "cpu", pre
     stacked, shared = stack_batches(batches, pad), batches[0]
 
     def group_step() -> None:  # as a lockstep group's training_step takes it
-        grads, _ = stack.gradients(stacked, dtype)
-        stack.set_grads(grads, clip)
-        optimizer.step()
-        stack.after_step()
-        optimizer.zero_grad(set_to_none=True)
+        stack.step(stacked, optimizer, clip, dtype)
 
     def group_scores() -> torch.Tensor:
         return stack.scores(shared, list(range(k)), dtype)

@@ -37,14 +37,9 @@ class _Stepper:
 
     def step(self, batches, stopped=()) -> torch.Tensor:
         self.frozen.hold(list(stopped), self.stack, self.optimizer)
-        grads, losses = self.stack.gradients(batches)
-        self.stack.set_grads(grads, self.clip)
-        self.optimizer.step()
-        self.stack.after_step()
-        self.frozen.restore(self.optimizer)
-        self.optimizer.zero_grad(set_to_none=True)
+        losses = self.stack.step(batches, self.optimizer, self.clip, frozen=self.frozen)
         self.scheduler.step()
-        return losses.detach()
+        return losses
 
     def write_back(self, modules) -> None:
         for k, module in enumerate(modules):

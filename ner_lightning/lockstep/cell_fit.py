@@ -26,8 +26,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from ner_lightning.callbacks.checkpointing import selecting_checkpoint
 from ner_lightning.callbacks.predictions import PredictionWriter
 from ner_lightning.lockstep.members import Member
-from ner_lightning.metrics import flat_scores, span_scores
-from ner_lightning.models.word_grid import host_entries, sentences_seen
+from ner_lightning.models.word_grid import host_entries
 from ner_lightning.results import best_epoch
 
 log = logging.getLogger("ner_lightning")
@@ -83,13 +82,11 @@ class CellFit:
 
     def check_finite(self) -> bool:
         """Whether its losses since the last check are finite; if not, it stops with an error."""
-        first = self.module.step_losses.first_nonfinite()
-        if first is None:
+        try:
+            self.module.check_finite()  # the cell's own check, as alone
             return True
-        self.member.error = FloatingPointError(
-            f"training loss is {first.loss.item()} at epoch {first.epoch}, step {first.global_step}: the run "
-            "diverged; try a lower optimizer.lr or head_lr (or gradient clipping, trainer.gradient_clip_val)"
-        )
+        except FloatingPointError as err:
+            self.member.error = err
         log.error("%s | %s: this cell stops, its group goes on", self.member.cell.prefix, self.member.error)
         self.stopped = True
         return False
@@ -118,15 +115,10 @@ class CellFit:
         if not self.check_finite():
             return
         module, dm = self.module, self.member.run.datamodule
-        name = dm.corpus_names[0]
-        gold, entries = dm.gold_tags("dev", name), host_entries(chunks, module.entry).get(0, [])
-        if limited:
-            gold, entries = sentences_seen(gold, entries)
-        pred = module.predicted_tags(entries, [len(g) for g in gold], "val")
-        scores = span_scores(gold, pred)
-        metrics = flat_scores(scores, "val")
-        module.scores["val"], module.predictions["val"] = scores, {name: pred}
-        module.history.append({"epoch": epoch, "batches": module.train_batches, "metrics": metrics, "scores": scores})
+        entries = host_entries(chunks, module.entry).get(0, [])
+        module.predictions["val"] = {}
+        _, scores = module.score_split(dm, "val", dm.corpus_names[0], entries, limited)
+        metrics = module.record_scores("val", scores, epoch)
         for lg in self.member.run.loggers:
             lg.log_metrics({**metrics, "epoch": epoch}, step=max(self.steps - 1, 0))
         self._select(metrics, state)

@@ -99,13 +99,8 @@ class LockstepModule(pl.LightningModule):
             raise TypeError("a lockstep group takes one optimiser and one schedule")
         self.frozen.hold([k for k, c in enumerate(self.cells) if not c.training], stack, optimizer.optimizer)
         with torch.autocast(self.device.type, enabled=False):  # the encoder's autocast is the family's
-            grads, losses = stack.gradients(
-                stack_batches(batch, self.pad_id), self._autocast_dtype(self.trainer.precision)
-            )
-            stack.set_grads(grads, self.clip_norm)
-            optimizer.step()
-            stack.after_step()
-            self.frozen.restore(optimizer.optimizer)
+            dtype = self._autocast_dtype(self.trainer.precision)
+            losses = stack.step(stack_batches(batch, self.pad_id), optimizer, self.clip_norm, dtype, self.frozen)
         scheduler.step()
         epoch = self.current_epoch
         for k in self.training_cells():

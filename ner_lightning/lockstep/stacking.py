@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import torch
+from pytorch_lightning.core.optimizer import LightningOptimizer
 from torch import nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
@@ -126,6 +127,7 @@ class StackedCells(nn.Module):
         # Attention as plain matmuls: vmap batches them, while SDPA's CPU kernel has no batching
         # rule and runs once per cell (the same values up to float rounding).
         base.family.encoder.model.set_attn_implementation("eager")
+        base.train()  # dropout on in the step; scores() turns it off for its call only
         self._base = (base,)  # a template for functional_call, not a submodule (nothing of it is saved)
         first = modules[0]
         names = {id(p): f"family.{n}" for n, p in first.named_parameters()}
@@ -167,7 +169,6 @@ class StackedCells(nn.Module):
         self, batches: dict[str, torch.Tensor], dtype: torch.dtype | None = None
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Every cell's gradient of its own batch (``stack_batches``) and its loss ``(K,)``."""
-        self._base[0].train()
         return self._grads(self.params(), self.buffers_by_name(), batches, dtype)
 
     def set_grads(self, grads: dict[str, torch.Tensor], clip_norm: float | None) -> None:
@@ -193,6 +194,26 @@ class StackedCells(nn.Module):
         self.family.lockstep_after_step(params)
         for p in params.values():
             p.grad = None
+
+    def step(
+        self,
+        batches: dict[str, torch.Tensor],
+        optimizer: torch.optim.Optimizer | LightningOptimizer,
+        clip_norm: float | None,
+        dtype: torch.dtype | None = None,
+        frozen: FrozenRows | None = None,
+    ) -> torch.Tensor:
+        """One optimiser step of every cell on its own batch — gradients, clipping per cell, the
+        family's optimiser (``optimizer``: over :meth:`optimizer_groups`), what the family moves
+        itself — with the ``frozen`` cells' rows put back; the K losses. Under a Trainer,
+        ``optimizer`` is its ``LightningOptimizer``, whose step Lightning counts."""
+        grads, losses = self.gradients(batches, dtype)
+        self.set_grads(grads, clip_norm)
+        optimizer.step()
+        self.after_step()
+        if frozen is not None:
+            frozen.restore(optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer)
+        return losses.detach()
 
     @torch.no_grad()
     def scores(self, batch: dict, cells: Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 from lightning_fabric.utilities.apply_func import move_data_to_device
 
 from ner_lightning.data.alignment import BatchLayout
-from ner_lightning.data.contract import require_datamodule
+from ner_lightning.data.contract import ModelData, require_datamodule
 from ner_lightning.metrics import flat_scores, span_scores
 from ner_lightning.models.word_grid import host_entries, layout_of, sentences_seen, whole_sentences
 
@@ -87,38 +87,46 @@ class SpanEvaluation(pl.LightningModule):
         if self.trainer.sanity_checking:
             return
         collected = self._host_entries(batches)
-        dm, split = require_datamodule(self.trainer), SPLIT_OF_STAGE[stage]
+        dm = require_datamodule(self.trainer)
         self.predictions[stage] = {}
         for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
             name = dm.corpus_names[c]
-            gold, chunks = dm.gold_tags(split, name), collected.get(c, [])
-            if self._batches_limited(stage):  # debug=fast, limit_val_batches: score the sentences evaluated
-                gold, chunks = sentences_seen(gold, chunks)
-            lengths = [len(g) for g in gold]
-            pred = (
-                self.predicted_tags(chunks, lengths, stage)
-                if c == 0
-                else self.predicted_tags(chunks, lengths, f"{stage} {name}", self.id2label_of(name))
-            )
-            self.predictions[stage][name] = pred
-            scores = span_scores(gold, pred)
+            # debug=fast, limit_val_batches: score the sentences evaluated
+            pred, scores = self.score_split(dm, stage, name, collected.get(c, []), self._batches_limited(stage))
             if c:
                 self.aux_scores[name] = scores
                 self.log(f"{stage}_aux/{name}/f1", scores["micro"]["f1"])
                 continue
-            self.scores[stage] = scores
-            flat = flat_scores(scores, stage)
-            if stage == "val":
-                self.history.append(
-                    {
-                        "epoch": self.current_epoch,
-                        "batches": self.train_batches,
-                        "metrics": dict(flat),
-                        "scores": scores,
-                    }
-                )
+            flat = self.record_scores(stage, scores, self.current_epoch)
             self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
             self.log_dict(flat)
+
+    def score_split(
+        self, dm: ModelData, stage: str, corpus: str, chunks: list, limited: bool
+    ) -> tuple[list[list[str]], dict]:
+        """One corpus's whole-sentence predictions of the stage's split from its decoded
+        ``chunks`` (:meth:`entry` tuples), kept in ``predictions``, and their span scores against
+        the gold tags; ``limited``: only some batches ran, so only the sentences they covered count."""
+        gold = dm.gold_tags(SPLIT_OF_STAGE[stage], corpus)
+        if limited:
+            gold, chunks = sentences_seen(gold, chunks)
+        lengths = [len(g) for g in gold]
+        if corpus == dm.corpus_names[0]:
+            pred = self.predicted_tags(chunks, lengths, stage)
+        else:
+            pred = self.predicted_tags(chunks, lengths, f"{stage} {corpus}", self.id2label_of(corpus))
+        self.predictions.setdefault(stage, {})[corpus] = pred
+        return pred, span_scores(gold, pred)
+
+    def record_scores(self, stage: str, scores: dict, epoch: int) -> dict[str, float]:
+        """The main corpus's scores of the stage kept (a dev evaluation also in ``history``, at
+        ``epoch``); their flat metrics."""
+        self.scores[stage] = scores
+        flat = flat_scores(scores, stage)
+        if stage == "val":
+            record = {"epoch": epoch, "batches": self.train_batches, "metrics": dict(flat), "scores": scores}
+            self.history.append(record)
+        return flat
 
     def _batches_limited(self, stage: str) -> bool:
         """Whether Lightning evaluated only some batches of the stage (``fast_dev_run``,
