@@ -48,7 +48,7 @@ bench: install  ## one CE cell vs the raw encoder limit, a plain loop and HF Tra
 	$(BIN)/python benchmarks/bench_ce.py $(if $(BENCH_OUT),--out $(BENCH_OUT))
 
 GPU_OUT ?= multirun/gpu-check
-gpu-check: install  ## (a GPU machine; parts within 10 min in all) a lockstep group of MiniLM cells in bf16 and fp32, lockstep vs parallel on the AUC-2T Table 2 shape, lockstep vs alone test F1; JSON in $(GPU_OUT)
+gpu-check: install  ## (a GPU machine; parts within 570 s in all) a lockstep group of MiniLM cells in bf16 and fp32, lockstep vs parallel on the AUC-2T Table 2 shape, lockstep vs alone test F1; JSON in $(GPU_OUT)
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	PY=$(BIN)/python bash benchmarks/gpu_check.sh $(GPU_OUT)
 

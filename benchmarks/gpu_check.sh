@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check: what a lent GPU machine (15 minutes, start-up included) must tell us, most
-# important first, in parts whose time limits add up to at most 10 minutes (`gpu_check.sh OUT
-# limits` prints them). Each part writes its JSON into OUT as soon as it ends, so a lend cut short
-# keeps what ran. `make gpu-check` runs it after installing; on a machine without a package index,
-# inside the offline bundle: bash .offline/run.sh bash benchmarks/gpu_check.sh OUT [PART ...].
+# important first, in parts whose time limits add up to 570 s (`gpu_check.sh OUT limits` prints
+# them), so that unpacking the offline bundle and the check fit one 10-minute command. Each part
+# writes its JSON into OUT as soon as it ends, so a lend cut short keeps what ran. `make gpu-check`
+# runs it after installing; on a machine without a package index, inside the offline bundle (with
+# wandb's packages on PYTHONPATH for the default logger): bash .offline/run.sh bash
+# benchmarks/gpu_check.sh OUT [PART ...].
 #   env        the machine, the versions, the commit
 #   group      (a) a lockstep group of 8 CE cells (size 50) trains, selects and tests, in bf16-mixed
 #              and in 32-true, under the default logger (W&B offline and CSV): group_<precision>.json
@@ -25,7 +27,7 @@ GRID_PARTITIONS=${GRID_PARTITIONS:-0,1,2,3,4,5,6,7}
 AGREE_PARTITIONS=${AGREE_PARTITIONS:-0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}
 # Seconds: env; each precision of group; each launcher of grid; each side of agreement; each summary.
 # (A process that ignores SIGTERM at its limit is killed 5 s later.)
-L_ENV=10; L_GROUP=70; L_GRID=120; L_AGREE=85; L_SUMMARY=5
+L_ENV=10; L_GROUP=65; L_GRID=115; L_AGREE=80; L_SUMMARY=5
 TOTAL=$((L_ENV + 2 * L_GROUP + 2 * L_GRID + 2 * L_AGREE + 20 + 4 * L_SUMMARY))
 export WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
@@ -55,6 +57,7 @@ for p in $PARTS; do
     env) part env
       timeout "$L_ENV" bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || lscpu | grep 'Model name'; nproc
         $PY -c 'import torch, transformers, pytorch_lightning as pl; print(\"torch\", torch.__version__, \"| transformers\", transformers.__version__, \"| lightning\", pl.__version__)'
+        $PY -c 'import wandb; print(\"wandb\", wandb.__version__)' 2>&1 | tail -1
         git rev-parse --short HEAD 2>/dev/null || true; }" | tee "$OUT/env.txt" ;;
     group) part group  # (a)
       for precision in bf16-mixed 32-true; do

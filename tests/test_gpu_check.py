@@ -17,10 +17,10 @@ def _check(out: Path, *parts: str, env: dict | None = None) -> subprocess.Comple
                           capture_output=True, text=True, timeout=900)
 
 
-def test_the_parts_limits_add_up_to_at_most_ten_minutes(tmp_path):
+def test_the_parts_limits_leave_room_to_unpack_within_one_ten_minute_command(tmp_path):
     proc = _check(tmp_path, "limits", env=dict(os.environ, PY=sys.executable))
     total = int(re.search(r": (\d+) s in all", proc.stdout).group(1))
-    assert proc.returncode == 0 and 0 < total <= 600
+    assert proc.returncode == 0 and 0 < total <= 570
 
 
 @pytest.mark.slow
