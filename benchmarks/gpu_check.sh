@@ -11,7 +11,8 @@
 #              and in 32-true, under the default logger (W&B offline and CSV): group_<precision>.json
 #   grid       (b) AUC-2T on the paper's Table 2 shape (12 sizes x 8 partitions, trainer.max_epochs=5)
 #              under lockstep, then under the parallel launcher: grid_<launcher>.json, each with the
-#              Table 2 grid (x30 partitions x4 methods) extrapolated at its rate when every cell ended
+#              Table 2 grid (x30 partitions x4 methods) extrapolated at its rate. GRID_LAUNCHERS
+#              lists them, each launcher[:override...] ("lockstep:hydra.launcher.groups_per_gpu=4")
 #   agreement  (c) 16 CE cells (size 50) under lockstep and alone (parallel): paired test-F1
 #              differences: agreement.json
 # The same script runs on a CPU (CHECK_DEVICE=cpu, the tiny encoder: tests/test_gpu_check.py), so on
@@ -24,6 +25,7 @@ DEVICE=${CHECK_DEVICE:-gpu}; MODEL=${CHECK_MODEL:-minilm}; EXTRA=${CHECK_EXTRA:-
 GROUP_SIZE=${GROUP_SIZE:-50}
 GRID_SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}
 GRID_PARTITIONS=${GRID_PARTITIONS:-0,1,2,3,4,5,6,7}
+GRID_LAUNCHERS=${GRID_LAUNCHERS:-lockstep parallel}
 AGREE_PARTITIONS=${AGREE_PARTITIONS:-0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}
 # Seconds: env; each precision of group; each launcher of grid; each side of agreement; each summary.
 # (A process that ignores SIGTERM at its limit is killed 5 s later.)
@@ -68,11 +70,13 @@ for p in $PARTS; do
       done ;;
     grid) part grid  # (b)
       expected=$(( $(count "$GRID_SIZES") * $(count "$GRID_PARTITIONS") ))
-      for launcher in lockstep parallel; do
-        read -r wall rc < <(run "$L_GRID" "$WORK/grid_$launcher" loss=auc2t size="$GRID_SIZES" partition="$GRID_PARTITIONS" \
-          hydra/launcher=$launcher trainer.precision=bf16-mixed callbacks.eval_precision.precision=bf16-mixed \
+      for spec in $GRID_LAUNCHERS; do
+        launcher=${spec%%:*}; overrides=$([ "$spec" = "$launcher" ] || tr ':' ' ' <<< "${spec#*:}")
+        name=grid_$(sed 's/hydra\.launcher\.//g; s/:/_/g; s/=/-/g' <<< "$spec")
+        read -r wall rc < <(run "$L_GRID" "$WORK/$name" loss=auc2t size="$GRID_SIZES" partition="$GRID_PARTITIONS" \
+          hydra/launcher=$launcher $overrides trainer.precision=bf16-mixed callbacks.eval_precision.precision=bf16-mixed \
           logger=csv trainer.max_epochs=5 $COMMON)
-        summary "$WORK/grid_$launcher" "$OUT/grid_$launcher.json" "$wall" "$rc" "$expected"
+        summary "$WORK/$name" "$OUT/$name.json" "$wall" "$rc" "$expected"
       done ;;
     agreement) part agreement  # (c)
       timeout -k 5 $((2 * L_AGREE + 20)) $PY benchmarks/lockstep_agreement.py --grid "loss=ce size=$GROUP_SIZE partition=$AGREE_PARTITIONS" \

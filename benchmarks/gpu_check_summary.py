@@ -24,13 +24,17 @@ def summarise(sweep: Path, wall: float, exit_code: int, expected: int | None) ->
             "best_epoch": r["best_epoch"], "test_f1": r["test"]["micro"]["f1"] if r.get("test") else None,
             "phase_s": r.get("phase_s"),
         })
-    failed = len(list(sweep.glob("*/failure.json")))
+    statuses = [json.loads(f.read_text()).get("status") for f in sweep.glob("*/failure.json")]
+    interrupted = statuses.count("interrupted")  # stopped by the part's time limit: resumable, not failed
     out = {"sweep": str(sweep), "exit": exit_code, "wall_s": round(wall, 1), "cells_done": len(cells),
-           "cells_failed": failed, "cells_expected": expected, "cells": cells}
-    if expected and len(cells) == expected and wall > 0:
-        out["table2_hours_at_this_rate"] = round(wall * TABLE2_CELLS / expected / 3600, 2)
-    elif expected:
-        out["table2_hours_at_this_rate"] = None  # not every cell finished within the part's limit
+           "cells_failed": len(statuses) - interrupted, "cells_interrupted": interrupted,
+           "cells_expected": expected,
+           "cells_per_min": round(60 * len(cells) / wall, 2) if wall > 0 else None, "cells": cells}
+    if expected and cells and wall > 0:
+        # Every cell done: the part's wall time per cell. Cut short: cells done per second, a lower
+        # bound on the rate (the cells in flight at the limit count for nothing).
+        out["table2_hours_at_this_rate"] = round(wall * TABLE2_CELLS / len(cells) / 3600, 2)
+        out["table2_rate_from"] = "every cell" if len(cells) == expected else "cells done when cut short"
     return out
 
 
