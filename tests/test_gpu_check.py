@@ -49,3 +49,21 @@ def test_the_gpu_check_runs_on_a_cpu_with_the_tiny_encoder(toy_data_dir, tmp_pat
     agreement = json.loads((out / "agreement.json").read_text())
     assert agreement["complete"] and agreement["paired"] == [0, 1, 2, 3]
     assert (out / "env.txt").read_text().strip()
+
+
+def test_two_grid_parts_are_paired_by_size_and_partition():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check_pairs import paired
+    from scipy import stats
+
+    def part(f1s: dict, best: int) -> dict:
+        return {"cells_per_min": 1.0, "cells": [{"size": s, "partition": p, "test_f1": f, "best_epoch": best}
+                                                for (s, p), f in f1s.items()]}
+    a = part({(20, 0): 0.50, (20, 1): 0.40, (50, 0): 0.61, (50, 1): 0.30}, best=2)
+    b = part({(20, 0): 0.48, (20, 1): 0.41, (50, 0): 0.60, (99, 9): 0.90}, best=3)
+    out = paired(a, b)
+    diffs = [0.02, -0.01, 0.01]  # (50, 1) and (99, 9) are in one part only
+    ci = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    assert out["paired"] == 3 and out["mean_diff"] == round(sum(diffs) / 3, 4)
+    assert out["ci95"] == [round(ci.low, 4), round(ci.high, 4)]
+    assert out["max_abs_diff"] == 0.02 and out["same_best_epoch"] == 0
