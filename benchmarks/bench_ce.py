@@ -22,7 +22,7 @@ a ratio the median of the ratios within each round.
    ``DataCollatorForTokenClassification``, random batches, test in file order).
 3. **hf_trainer**: Hugging Face ``Trainer`` with length-grouped batches, same data, epochs, lr,
    batch, warm-up, clipping, weight decay; ``Trainer.predict`` on test.
-4. **ner_lightning**: the framework's cell with its defaults (``ner_lightning.protocols.train``):
+4. **ner_lightning**: the framework's cell with its defaults (``ner_lightning.cell.protocols.train``):
    train = its ``train`` phase, eval = its ``test`` phase (decoding and span scoring included);
    no dev evaluation.
 
@@ -62,8 +62,8 @@ from ner_lightning.data.alignment import collate_features
 from ner_lightning.data.batching import shared_sorted_batches, sorted_batches
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap, uses_gpu
 from ner_lightning.models.encoder import TransformerEncoder
-from ner_lightning.precision import calibration
-from ner_lightning.protocols import train
+from ner_lightning.precision.choice import calibration
+from ner_lightning.cell.protocols import train
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _FROM_LIGHTNING = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}

@@ -8,7 +8,7 @@ bf16 autocast pays only where the hardware multiplies bf16 natively: GPUs with b
 and newer) and CPUs with AVX-512 BF16 or AMX. Without it PyTorch emulates bf16 and runs
 slower than fp32 (MiniLM forward on a 2-core AVX2 EPYC: fp32 4,470 tok/s, bf16 700 tok/s;
 docs/benchmarks.md). The conf default measures among the candidates instead of trusting the flags
-(``ner_lightning/precision.py``): a flag can promise more than the kernels deliver.
+(``ner_lightning/precision/choice.py``): a flag can promise more than the kernels deliver.
 """
 
 from __future__ import annotations

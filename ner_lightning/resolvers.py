@@ -100,9 +100,9 @@ def _sweep_cell(job_num) -> int:
 
 
 def _best_precision(accelerator: str = "auto", model=None, stage: str = "train") -> str:
-    """``${best_precision:accelerator,${model},train|eval}``: measured (ner_lightning/precision.py);
+    """``${best_precision:accelerator,${model},train|eval}``: measured (ner_lightning/precision/choice.py);
     without a model, the flags' rule (``${best_precision:cpu}``)."""
-    from ner_lightning.precision import best_precision
+    from ner_lightning.precision.choice import best_precision
 
     with PROCESS.phase("precision"):
         return best_precision(accelerator, model, stage)

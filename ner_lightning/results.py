@@ -1,7 +1,7 @@
 """Per-run outputs: ``results.json`` (or ``failure.json``) and checkpoints, written atomically.
 
 :class:`CellResult` is the schema of ``results.json``: the training side fills it
-(``ner_lightning.protocols``), the report reads its fields by dotted path
+(``ner_lightning.cell.protocols``), the report reads its fields by dotted path
 (``ner_lightning.report.runs``). A field added here is a column the report can show.
 """
 

@@ -3,7 +3,7 @@
 Composes the config, records the cell in its sweep (``cell.json``: identity, device, attempts),
 fills in what the config leaves to the run (``config.complete_config``: the data the objective
 needs, the auxiliary corpora's dataset nodes) and
-runs the cell's protocol (``ner_lightning.protocols``). A failing run writes ``failure.json``
+runs the cell's protocol (``ner_lightning.cell.protocols``). A failing run writes ``failure.json``
 (traceback included) and, in a multirun, the other cells still run; Hydra reports the failure
 when the sweep ends.
 """
@@ -21,9 +21,10 @@ import hydra
 from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
-from ner_lightning import console, protocols
-from ner_lightning.cell import Progress
-from ner_lightning.cell_job import begin_cell, freeze_imports, write_failure
+from ner_lightning import console
+from ner_lightning.cell import protocols
+from ner_lightning.cell.job import begin_cell, freeze_imports, write_failure
+from ner_lightning.cell.steps import Progress
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import CONFIG_DIR
 from ner_lightning.settings import run_settings
@@ -73,8 +74,8 @@ def cli() -> None:
     """The ``ner-lightning`` command (``python -m ner_lightning.run``); ``ner-lightning study FILE``
     runs a study (``ner_lightning.study``). A hard crash (abort, segfault) prints every thread's
     Python stack to stderr first, so the cell's log says where."""
-    if sys.argv[1:2] == ["study"]:  # `ner-lightning study CLAIMS.yaml`: ner_lightning/study.py
-        from ner_lightning.study import main as study
+    if sys.argv[1:2] == ["study"]:  # `ner-lightning study CLAIMS.yaml`: ner_lightning/study/runner.py
+        from ner_lightning.study.runner import main as study
 
         return study(sys.argv[2:])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

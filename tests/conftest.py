@@ -12,7 +12,7 @@ from ner_lightning.config import REPO_ROOT, compose_config  # noqa: F401  (re-ex
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Measured precisions go to a cache of the test session, never the user's (ner_lightning/precision.py),
+# Measured precisions go to a cache of the test session, never the user's (ner_lightning/precision/choice.py),
 # even where the user set NER_LIGHTNING_CACHE; no choice is inherited from the calling shell.
 USER_CACHE = os.environ.get("NER_LIGHTNING_CACHE")
 SESSION_CACHE = tempfile.mkdtemp(prefix="ner_lightning_cache_")
@@ -29,7 +29,7 @@ def _pin_tiny_encoder_precision() -> None:
     from omegaconf import OmegaConf
 
     import ner_lightning  # noqa: F401  (the resolvers)
-    from ner_lightning import precision
+    from ner_lightning.precision import choice as precision
     from ner_lightning.config import CONFIG_DIR
     from ner_lightning.results import write_json_atomic
 
@@ -121,7 +121,8 @@ def toy_cfg(tmp_path, toy_data_dir):
 def cpu_without_native_bf16(monkeypatch):
     """In-process tests see a CPU without native bf16, so `auto` precisions resolve to fp32 on
     every machine (tests/test_hardware.py sets other flags itself)."""
-    from ner_lightning import hardware, precision
+    from ner_lightning import hardware
+    from ner_lightning.precision import choice as precision
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2"}))
     monkeypatch.setattr(precision, "_memo", {})

@@ -1,7 +1,8 @@
 """Shared test helpers."""
 from __future__ import annotations
 
-from ner_lightning import cell, protocols
+from ner_lightning.cell import steps as cell
+from ner_lightning.cell import protocols
 
 
 def train(cfg, **kwargs) -> dict:

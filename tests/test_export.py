@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ner_lightning import export, predict
+from ner_lightning.export import folder as export
+from ner_lightning.export import predict
 from ner_lightning.data.corpus import read_conll
 from ner_lightning.metrics import span_scores
 from tests.helpers import train

@@ -11,11 +11,12 @@ import pytest
 import torch
 import yaml
 
-from ner_lightning import export, predict
+from ner_lightning.export import folder as export
+from ner_lightning.export import predict
 from ner_lightning.config import REPO_ROOT, compose_config
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
-from ner_lightning.trust import Trust, UntrustedConfigError, check_buildable
+from ner_lightning.export.trust import Trust, UntrustedConfigError, check_buildable
 from tests.conftest import TOY_SENTENCES, write_conll2003
 from tests.helpers import train
 
@@ -77,7 +78,7 @@ def test_a_torch_load_pickle_a_pathlib_write_and_os_system_in_the_config_are_ref
         "loss.extra": {"_target_": "torch.load", "f": str(copy / "extra.pt"), "weights_only": False},
         "loss.token_loss.extra": {"_target_": "pathlib.Path.touch", "self": str(planted)},
         "model.extra": {"_target_": "os.system", "command": f"touch {planted}"},
-        "loss.inner": {"_target_": "ner_lightning.export.os.system", "command": f"touch {planted}"},
+        "loss.inner": {"_target_": "ner_lightning.export.folder.os.system", "command": f"touch {planted}"},
     }
     for key, node in attacks.items():
         attacked = tmp_path / key
@@ -171,8 +172,8 @@ def test_check_buildable_resolves_names_only_after_every_string_passed():
     assert check_buildable({"_target_": "ner_lightning.models.encoder.TransformerEncoder", "name_or_path": "x"},
                            TransformerEncoder, "model", "f") is None
     cases = {  # node, the key named
-        "ner_lightning.export.shutil.rmtree": "model._target_",  # a function of another module, through ours
-        "ner_lightning.export.Path": "model._target_",  # pathlib's class, through ours
+        "ner_lightning.export.folder.shutil.rmtree": "model._target_",  # a function of another module, through ours
+        "ner_lightning.export.folder.Path": "model._target_",  # pathlib's class, through ours
         "antigravity.x": "model._target_",  # never imported
     }
     for target, key in cases.items():
@@ -197,15 +198,15 @@ FAMILY = "ner_lightning.models.token_classification.TokenClassificationModule"
     ({"_target_": FAMILY, "token_loss": {"_target_": "ner_lightning.losses.nn.Linear"}},
      "loss.token_loss._target_", "'ner_lightning.losses.nn.Linear' is not a torch.nn.modules.module.Module class defined there"),
     # a function of ours where a class is needed
-    ({"_target_": FAMILY, "token_loss": {"_target_": "ner_lightning.trust.trust_of"}},
-     "loss.token_loss._target_", "'ner_lightning.trust.trust_of' is not a torch.nn.modules.module.Module class"),
+    ({"_target_": FAMILY, "token_loss": {"_target_": "ner_lightning.export.trust.trust_of"}},
+     "loss.token_loss._target_", "'ner_lightning.export.trust.trust_of' is not a torch.nn.modules.module.Module class"),
     # a class of ours of the wrong base: at the root, at depth 2, in a list item
     ({"_target_": "ner_lightning.losses.CrossEntropy"},
      "loss._target_", "is not a ner_lightning.models.base.NERModule class"),
-    ({"_target_": FAMILY, "a": {"b": {"_target_": "ner_lightning.trust.Trust"}}},
-     "loss.a.b._target_", "'ner_lightning.trust.Trust' is not a torch.nn.modules.module.Module class"),
-    ({"_target_": FAMILY, "heads": [{"_target_": "ner_lightning.trust.Trust"}]},
-     "loss.heads.0._target_", "'ner_lightning.trust.Trust' is not a torch.nn.modules.module.Module class"),
+    ({"_target_": FAMILY, "a": {"b": {"_target_": "ner_lightning.export.trust.Trust"}}},
+     "loss.a.b._target_", "'ner_lightning.export.trust.Trust' is not a torch.nn.modules.module.Module class"),
+    ({"_target_": FAMILY, "heads": [{"_target_": "ner_lightning.export.trust.Trust"}]},
+     "loss.heads.0._target_", "'ner_lightning.export.trust.Trust' is not a torch.nn.modules.module.Module class"),
     # through a re-export, nested: our name, torch's class
     ({"_target_": FAMILY, "a": [{"b": {"_target_": "ner_lightning.models.heads.nn.Dropout"}}]},
      "loss.a.0.b._target_", "'ner_lightning.models.heads.nn.Dropout' is not a torch.nn.modules.module.Module class defined there"),
@@ -215,7 +216,7 @@ def test_each_rule_after_import_refuses_what_only_it_refuses_and_names_the_key(n
     allowed module), each with a target that passes every rule before it; the message names the
     key in the file."""
     from ner_lightning.models.base import NERModule
-    from ner_lightning.trust import UntrustedConfigError, check_buildable
+    from ner_lightning.export.trust import UntrustedConfigError, check_buildable
 
     with pytest.raises(UntrustedConfigError) as refused:
         check_buildable(node, NERModule, "loss", "cell/config.yaml")

@@ -16,7 +16,7 @@ def flags(monkeypatch):
 
 
 def test_cpu_with_avx512_bf16_or_amx_gets_bf16(flags):
-    from ner_lightning import precision
+    from ner_lightning.precision import choice as precision
 
     flags("avx2", "avx512f", "avx512_bf16")
     assert precision.flags_choice("cpu") == ("bf16-mixed", "the CPU has avx512_bf16")
@@ -25,7 +25,7 @@ def test_cpu_with_avx512_bf16_or_amx_gets_bf16(flags):
 
 
 def test_cpu_without_native_bf16_stays_fp32(flags):
-    from ner_lightning import precision
+    from ner_lightning.precision import choice as precision
 
     flags("avx", "avx2", "avx512f")  # AVX-512 without its BF16 extension: emulated, slower
     best, why = precision.flags_choice("cpu")
@@ -71,7 +71,7 @@ def _spy_linear_dtypes(monkeypatch) -> dict:
 def test_eval_precision_auto_uses_bf16_for_evaluation_only_where_native(cpu, flags, toy_cfg, monkeypatch):
     import torch
 
-    from ner_lightning import precision
+    from ner_lightning.precision import choice as precision
     from tests.helpers import train
 
     flags(cpu)

@@ -333,7 +333,7 @@ def test_auc2t_lockstep_steps_with_pesg_are_each_cells_steps_alone(toy_cfg):
 def test_a_diverging_cell_stops_alone_and_its_group_goes_on(toy_cfg, tmp_path):
     """One cell of a group whose loss turns NaN gets an error of its own (no dev evaluation, no
     selected weights); the other trains and is evaluated every epoch."""
-    from ner_lightning.cell import Cell, setup_cell
+    from ner_lightning.cell.steps import Cell, setup_cell
     from ner_lightning.lockstep.fit import fit_group
     from ner_lightning.lockstep.members import Member
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ner_lightning.decoding import bio_transition_mask, viterbi_decode
+from ner_lightning.models.decoding import bio_transition_mask, viterbi_decode
 from ner_lightning.losses import (
     CrossEntropy, DiceLoss, FocalLoss, MoMLoss, WeightedCrossEntropy,
 )

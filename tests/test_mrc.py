@@ -9,7 +9,7 @@ from ner_lightning.data.alignment import (
     IGNORE_INDEX, SPAN_TAGS, QueryAligner, collate_features, pair_token_frame, project_on_type,
 )
 from ner_lightning.data.corpus import LabelSet, Sentence
-from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
+from ner_lightning.models.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.losses import CrossEntropy, DiceLoss, FocalLoss, MoMLoss
 from ner_lightning.resolvers import package_dir
 from tests.helpers import train

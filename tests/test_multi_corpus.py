@@ -12,8 +12,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
-from ner_lightning.build import build_datamodule, build_module
-from ner_lightning.cell import Cell
+from ner_lightning.cell.build import build_datamodule, build_module
+from ner_lightning.cell.steps import Cell
 from ner_lightning.data.corpus import LabelSet
 from ner_lightning.data.multi_corpus import MultiCorpusDataModule, singleaux_dev_scores
 from ner_lightning.data.schedules import alternate_types, check_scheme, epoch_schedule, extract
@@ -360,7 +360,7 @@ def test_paper_schedule_anneals_and_ends_the_run_in_lightning(multi_cfg):
 
 
 def test_singleaux_cell_trains_one_run_per_auxiliary_and_keeps_the_best_on_dev(multi_cfg, monkeypatch):
-    from ner_lightning import protocols
+    from ner_lightning.cell import protocols
 
     cfg = multi_cfg("multitask=singleaux")
     dev = {"bc2gm": 0.2, "linnaeus": 0.7}
@@ -414,7 +414,7 @@ def test_the_phases_callback_comes_from_multitask_phases_and_leaves_early_stoppi
     scheme's name: a scheme of one's own with ``phases`` set gets them too."""
     from pytorch_lightning.callbacks import EarlyStopping
 
-    from ner_lightning.build import build_callbacks
+    from ner_lightning.cell.build import build_callbacks
     from ner_lightning.callbacks import AuxiliaryPhases
 
     types = lambda cfg: {type(c) for c in build_callbacks(cfg)}  # noqa: E731

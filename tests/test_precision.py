@@ -5,7 +5,8 @@ import statistics
 import pytest
 from omegaconf import OmegaConf
 
-from ner_lightning import precision, precision_measure
+from ner_lightning.precision import choice as precision
+from ner_lightning.precision import measure as precision_measure
 
 TINY = None
 

@@ -1,4 +1,4 @@
-"""In-process runs of ner_lightning.protocols (one cell, tuning) on the hand-written toy corpus."""
+"""In-process runs of ner_lightning.cell.protocols (one cell, tuning) on the hand-written toy corpus."""
 import json
 
 import pytest
@@ -59,7 +59,7 @@ def test_init_seed_varies_training_with_the_partition_fixed(toy_cfg, tmp_path):
 
 
 def test_tuning_trial_averages_dev_over_partitions_and_never_tests(toy_cfg, tmp_path):
-    from ner_lightning.protocols import tune
+    from ner_lightning.cell.protocols import tune
 
     value = tune(toy_cfg("tune_partitions=[0,1]", "evaluate_test=false", "trainer.max_epochs=1"))
     res = [json.loads((tmp_path / "run" / f"partition{p}" / "results.json").read_text()) for p in (0, 1)]

@@ -100,7 +100,7 @@ def test_a_record_from_before_the_typed_fields_gets_them_from_its_config():
 def test_the_model_card_and_the_report_read_the_typed_fields():
     """A record whose config lacks the model and loss nodes: the card and the report's lookups
     still name its encoder and objective (they read the fields, not the config)."""
-    from ner_lightning.model_card import model_card
+    from ner_lightning.export.model_card import model_card
     from ner_lightning.report.runs import lookup
 
     result = {

@@ -132,7 +132,7 @@ def test_a_sequential_study_runs_only_missing_cells_stops_when_decided_and_resum
 
 
 def test_a_study_plan_is_checked_before_anything_runs(tmp_path):
-    from ner_lightning.study import plan_of
+    from ner_lightning.study.runner import plan_of
 
     path = _claims_file(tmp_path, [2, 3])
     spec = yaml.safe_load(path.read_text())
@@ -165,7 +165,7 @@ def test_a_study_is_judged_on_its_papers_registered_scorer(tmp_path, monkeypatch
     """A study file registers `scorer: lenient` for its paper: each look reads the lenient F1
     (here +0.05 for the method on every partition) and not the strict one (−0.05); the Wilcoxon
     test it registers as its second analysis stands beside the t-test, marked registered."""
-    from ner_lightning import study
+    from ner_lightning.study import runner as study
 
     rng = np.random.default_rng(5)
     for p in range(6):
@@ -192,7 +192,7 @@ def test_study_decisions_on_hand_made_results(tmp_path, monkeypatch, sequential)
     """Launching stubbed (the cells are written by hand): sequentially, a large effect is decided
     at the first look and only the null grid is launched again; the fixed design launches each grid
     once over all partitions and gives the claims rule's verdicts."""
-    from ner_lightning import study
+    from ner_lightning.study import runner as study
     from ner_lightning.report.claims import symmetric_verdicts
 
     rng = np.random.default_rng(3)
@@ -237,7 +237,7 @@ def test_the_committed_mom_table6_study_is_its_cells_verdicts_and_the_pages_tabl
     (docs/results/runs/study_mom_table6), and the table in replication.md are the same."""
     from pathlib import Path
 
-    from ner_lightning.study import run_study, show
+    from ner_lightning.study.runner import run_study, show
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)  # the record names its claims file relative to the repository
@@ -281,8 +281,8 @@ def test_a_registered_study_refuses_changes_and_its_proof_needs_git_and_the_cell
     power; running refuses an uncommitted record, a changed file and a dirty tree; the proof holds
     only for cells run later, from clean descendants of the registration commit, with the record
     unchanged since."""
-    from ner_lightning import registration
-    from ner_lightning.study import look_levels, plan_of, study_wide_error
+    from ner_lightning.study import registration
+    from ner_lightning.study.runner import look_levels, plan_of, study_wide_error
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -355,7 +355,7 @@ def test_the_committed_confirmatory_study_replays_from_its_cells_and_proves_its_
     it was registered before its first cell, and replication.md shows that table."""
     from pathlib import Path
 
-    from ner_lightning.study import run_study, show
+    from ner_lightning.study.runner import run_study, show
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
@@ -386,7 +386,7 @@ def test_the_committed_confirmatory_study_replays_from_its_cells_and_proves_its_
 def test_an_alpha_split_is_registrable_and_the_study_wide_error_is_computed_by_hand(tmp_path):
     """Two families with α 0.03 and 0.02: each family's looks spend its own α; across families at
     most 0.05, and 1 − 0.97 · 0.98 = 0.0494 when independent; a split must name every family."""
-    from ner_lightning.study import look_levels, plan_of, study_wide_error
+    from ner_lightning.study.runner import look_levels, plan_of, study_wide_error
 
     claim = {"source": "-", "statement": "m > ce", "grid": "g", "key": "loss", "method": "m", "baseline": "ce",
              "metric": "test.micro.f1", "relation": ">"}
@@ -413,11 +413,13 @@ def test_show_judges_with_the_registered_rule_and_names_the_labels_a_changed_rul
     import shutil
     from pathlib import Path
 
-    from ner_lightning import registration, study, study_looks
-    from ner_lightning.study import look_levels, plan_of, study_wide_error
+    from ner_lightning.study import registration
+    from ner_lightning.study import runner as study
+    from ner_lightning.study import looks as study_looks
+    from ner_lightning.study.runner import look_levels, plan_of, study_wide_error
 
     repo = tmp_path / "repo"
-    shutil.copytree(Path(study.__file__).resolve().parent, repo / "ner_lightning", symlinks=True,
+    shutil.copytree(Path(study.__file__).resolve().parents[1], repo / "ner_lightning", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     _git(repo, "init", "-q")
     spec = {"resamples": 100, "study": {"partitions": 4, "first_partition": 200, "stages": [4], "spending": "pocock",

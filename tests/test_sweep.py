@@ -267,9 +267,10 @@ def test_parallel_launcher_runs_cells_at_once_with_one_slot_each(toy_data_dir, t
 
 
 def test_a_parallel_worker_that_dies_fails_only_its_cell_and_is_replaced(toy_data_dir, tmp_path):
-    """Six cells on 2 workers, the cell of partition 1 ending its worker process (os._exit(9), a
-    segfault's kind of end): that cell fails with the exit code named, the other five finish, a
-    new worker takes over; every other worker runs cell after cell (pids = 3 workers in all)."""
+    """Six cells on 2 workers, the cells of partition 1 (CE and CRF) each ending their worker
+    process (os._exit(9), a segfault's kind of end): those cells fail with the exit code named, the
+    other four finish, and a new worker takes each dead one's slot: 4 worker processes in all, a
+    dead one never running another cell, every slot 0 or 1."""
     from ner_lightning.config import REPO_ROOT
 
     args = ["-m", "partition=0,1,2", "loss=ce,crf", *TOY, "+callbacks.x._target_=tests.worker_crash.ExitProcess",
@@ -285,7 +286,16 @@ def test_a_parallel_worker_that_dies_fails_only_its_cell_and_is_replaced(toy_dat
     done = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/results.json")]
     assert sorted(r["partition"]["partition"] for r in done) == [0, 0, 2, 2]
     assert not list((tmp_path / "s").glob("*partition=1*/results.json"))
-    assert len({r["device"]["pid"] for r in done}) <= 4  # 2 workers + the 2 that replaced the dead ones
+    started = {}  # every cell's worker (cell.json, written when the cell starts), failed ones included
+    for f in (tmp_path / "s").glob("*/cell.json"):
+        c = json.loads(f.read_text())
+        started[f.parent.name] = (c["started"], c["pid"], c["device"]["slot"], "partition=1" in f.parent.name)
+    assert len(started) == 6 and {slot for _, _, slot, _ in started.values()} == {0, 1}
+    assert len({pid for _, pid, _, _ in started.values()}) == 4  # 2 workers + the 2 that replaced the dead ones
+    for when, pid, _, died in started.values():
+        if died:  # the worker that ran a partition-1 cell runs nothing after it
+            assert not [w for w, p, _, _ in started.values() if p == pid and w > when]
+    assert {r["device"]["pid"] for r in done} <= {pid for _, pid, _, _ in started.values()}
 
 
 @pytest.mark.slow  # 24 tiny cells on 2 workers

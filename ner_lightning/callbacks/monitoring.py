@@ -90,7 +90,7 @@ class TokenThroughput(pl.Callback):
 class EvalPrecision(pl.Callback):
     """Runs the encoder of every dev/test evaluation under ``precision`` (training keeps
     ``trainer.precision``), a Lightning name: 32-true, bf16-mixed, 16-mixed — by default the
-    fastest measured here (``${best_precision:…,eval}``, ``ner_lightning/precision.py``).
+    fastest measured here (``${best_precision:…,eval}``, ``ner_lightning/precision/choice.py``).
     Heads, losses and decoding stay fp32 (``NERModule.word_states``)."""
 
     NAMES = ("32-true", "bf16-mixed", "16-mixed")

@@ -27,7 +27,7 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities import CombinedLoader
 
 from ner_lightning.callbacks.checkpointing import ResumeCheckpoint
-from ner_lightning.cell import loadable
+from ner_lightning.cell.steps import loadable
 from ner_lightning.clock import PROCESS
 from ner_lightning.hardware import trainer_precision
 from ner_lightning.lockstep.cell_fit import CellFit

@@ -10,8 +10,8 @@ import time
 from omegaconf import DictConfig
 
 from ner_lightning import console
-from ner_lightning.cell import FitEnd, Progress, finish_cell, fit_and_finish, setup_cell
-from ner_lightning.cell_job import begin_cell, freeze_imports, write_failure
+from ner_lightning.cell.job import begin_cell, freeze_imports, write_failure
+from ner_lightning.cell.steps import FitEnd, Progress, finish_cell, fit_and_finish, setup_cell
 from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep.members import Member
 from ner_lightning.settings import run_settings

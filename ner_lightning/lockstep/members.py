@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ner_lightning.cell import Cell, CellRun
-from ner_lightning.protocols import protocol_of
+from ner_lightning.cell.protocols import protocol_of
+from ner_lightning.cell.steps import Cell, CellRun
 
 # The callbacks a group runs for each of its cells (``lockstep.cell_fit``); a cell with another
 # callback runs alone.

@@ -75,7 +75,7 @@ def build_cells(cfg, seeds: Sequence[int]) -> tuple[list[NERModule], object]:
     one composed config, and the data module they share (set up for fitting)."""
     from hydra.utils import instantiate
 
-    from ner_lightning.build import build_datamodule, build_module
+    from ner_lightning.cell.build import build_datamodule, build_module
 
     modules, datamodule = [], None
     for seed in seeds:

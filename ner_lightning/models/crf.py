@@ -15,8 +15,8 @@ from torchcrf import CRF
 from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 
 from ner_lightning.data.corpus import LabelSet
-from ner_lightning.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.models.contracts import FamilySettings
+from ner_lightning.models.decoding import NEG, bio_transition_mask, viterbi_decode
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.heads import Counts, Head, HeadModule
 from ner_lightning.models.word_grid import host_index

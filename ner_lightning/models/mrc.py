@@ -11,7 +11,7 @@ states of the sentence answers it:
   not, ends one or not; the loss is the mean of the two.
 
 The token loss (``loss.token_loss``, any loss of ``conf/token_loss``) is applied to every binary
-decision. Decoding (``ner_lightning.decoding``) turns each type's answer into spans
+decision. Decoding (``ner_lightning.models.decoding``) turns each type's answer into spans
 and merges the types into one IOB2 sequence per sentence (greedy by score, no overlaps), so the
 span metrics score MRC like every other family.
 """
@@ -25,10 +25,10 @@ from typing_extensions import Unpack  # typing.Unpack: Python 3.11+
 from ner_lightning.data.alignment import SPAN_TAGS, BatchLayout
 from ner_lightning.data.contract import datamodule_of
 from ner_lightning.data.corpus import LabelSet
-from ner_lightning.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.losses import TokenLoss
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import FamilySettings
+from ner_lightning.models.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.models.encoder import TransformerEncoder
 
 HEADS = ("tagger", "pointer")
@@ -96,7 +96,7 @@ class MRCModule(NERModule):
         self, collected: list, lengths: list[int], stage: str, id2label: dict[int, str] | None = None
     ) -> list[list[str]]:
         """Reassemble each (sentence, type) answer over its chunks, decode it into spans and
-        merge the types (:func:`ner_lightning.decoding.merge_typed_spans`)."""
+        merge the types (:func:`ner_lightning.models.decoding.merge_typed_spans`)."""
         types = self.label_set.entity_types
         answers: dict[tuple[int, int], list] = {}
         for si, off, ti, p in collected:

@@ -20,7 +20,7 @@ from ner_lightning.report.claims import (
 )
 from ner_lightning.report.sequential import spent
 from ner_lightning.report.stats import detectable_effect
-from ner_lightning.study_plan import family_alpha, look_levels, look_partitions
+from ner_lightning.study.plan import family_alpha, look_levels, look_partitions
 
 
 def judge_look(claims: list[dict], settings: dict, folder: Path, partitions: list[int], scoring: str) -> list[Judged]:

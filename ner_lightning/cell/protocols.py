@@ -20,8 +20,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from ner_lightning.build import overrides
-from ner_lightning.cell import Cell, fit_and_finish, setup_cell, what_ran
+from ner_lightning.cell.build import overrides
+from ner_lightning.cell.steps import Cell, fit_and_finish, setup_cell, what_ran
 from ner_lightning.results import CellResult, typed_fields, write_json_atomic
 from ner_lightning.settings import run_settings
 from ner_lightning.sweep import cells

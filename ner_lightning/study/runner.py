@@ -33,7 +33,7 @@ paper's registered scorer (``claim_spec.scored_metric``):
   undecided at the last look is labelled by the claims module's rule
   (:func:`~ner_lightning.report.claims.undecided_verdict`) on its interval at that look's level.
 
-``--register`` fixes the design before any cell runs (``ner_lightning.registration``): a
+``--register`` fixes the design before any cell runs (``ner_lightning.study.registration``): a
 registered study refuses cells from a dirty tree and a changed file, and ``--show`` says
 "registered at …, before its first cell" only when git and the cells' times prove it.
 
@@ -56,13 +56,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ner_lightning import registration
 from ner_lightning.report.claim_spec import family_directions, load_claims, scored_metric
 from ner_lightning.report.study_diagnostics import diagnose
 from ner_lightning.report.study_table import show, table, update_block
 from ner_lightning.results import write_json_atomic
-from ner_lightning.study_looks import decisions, run_looks
-from ner_lightning.study_plan import (
+from ner_lightning.study import registration
+from ner_lightning.study.looks import decisions, run_looks
+from ner_lightning.study.plan import (
     family_alpha,
     look_levels,
     look_partitions,
@@ -269,7 +269,3 @@ def main(argv: list[str] | None = None) -> None:
     print(show(record) if args.show else table(record))
     if args.show and args.update:
         update_block(args.update, str(args.claims), show(record))
-
-
-if __name__ == "__main__":
-    main()

@@ -14,15 +14,15 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from ner_lightning.build import build_datamodule, build_module, build_trainer, check_protocol, overrides
 from ner_lightning.callbacks.checkpointing import selecting_checkpoint
-from ner_lightning.cell_log import log_model, log_partition, log_result
+from ner_lightning.cell.build import build_datamodule, build_module, build_trainer, check_protocol, overrides
+from ner_lightning.cell.log import log_model, log_partition, log_result
 from ner_lightning.clock import PROCESS
 from ner_lightning.data.datamodule import LowResourceDataModule
-from ner_lightning.export import export_model, load_weights
+from ner_lightning.export.folder import export_model, load_weights
 from ner_lightning.hardware import fill_uninitialized_memory, reserve_heap
 from ner_lightning.models.base import NERModule
-from ner_lightning.precision import recorded
+from ner_lightning.precision.choice import recorded
 from ner_lightning.results import (
     CellResult,
     assemble_result,

@@ -6,7 +6,7 @@ an objective family), every nested ``_target_`` a ``torch.nn.Module`` (a token l
 each defined in ``ner_lightning`` or in a module the user named (``--allow-module``). The only
 instantiate key is ``_target_`` (no ``_args_``, ``_partial_``, ``_recursive_``, ``_convert_``)
 and no value is an interpolation (``${...}``: a resolver runs code). A ``_target_`` string is
-checked before it is imported, the class it names after (``ner_lightning.export.shutil.rmtree``
+checked before it is imported, the class it names after (``ner_lightning.export.folder.shutil.rmtree``
 names a function of another module through one of ours, and is refused). ``--trust-config``
 builds whatever the file names, as ``transformers``' ``trust_remote_code=True`` runs its code.
 """
@@ -96,7 +96,7 @@ def check_buildable(node: dict, builds: type, key: str, where: str, trust: Trust
 
 
 def add_trust_options(ap: argparse.ArgumentParser) -> None:
-    """The command-line switches of :class:`ner_lightning.trust.Trust` (README: "Using a trained model")."""
+    """The command-line switches of :class:`ner_lightning.export.trust.Trust` (README: "Using a trained model")."""
     ap.add_argument(
         "--allow-module",
         action="append",

@@ -37,14 +37,14 @@ from omegaconf import OmegaConf
 from ner_lightning.data.alignment import SubwordAligner, aligner_for, collate_features
 from ner_lightning.data.batching import sorted_batches
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
+from ner_lightning.export.model_card import model_card
+from ner_lightning.export.portable_paths import local_roots, portable
+from ner_lightning.export.trust import Trust, add_trust_options, check_buildable, trust_of
 from ner_lightning.hardware import eval_batch_tokens
-from ner_lightning.model_card import model_card
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
 from ner_lightning.models.heads import build_family
-from ner_lightning.portable_paths import local_roots, portable
 from ner_lightning.results import typed_fields
-from ner_lightning.trust import Trust, add_trust_options, check_buildable, trust_of
 
 FORMAT = 2  # model.json's layout version (1: the encoder always under encoder/, no pipeline model)
 READS = (1, 2)
@@ -262,7 +262,3 @@ def main(argv: list[str] | None = None) -> int:
             f'aggregation_strategy="first")'
         )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """Building one run from its config: the data module, the objective family, the callbacks, the
-loggers and the Trainer (``ner_lightning.protocols`` runs what this builds)."""
+loggers and the Trainer (``ner_lightning.cell.protocols`` runs what this builds)."""
 
 from __future__ import annotations
 

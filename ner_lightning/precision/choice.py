@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from ner_lightning.precision_measure import (
+from ner_lightning.precision.measure import (
     ROUNDS,
     SAFE,
     batch_shapes,
@@ -236,7 +236,3 @@ def main(argv: list[str] | None = None) -> int:
     entry = calibration(args.accelerator, model, force=args.force)
     print(f"training {entry['train']}, evaluation {entry['eval']}: {entry['why']}")
     return 0 if "untrusted" not in entry else 3
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

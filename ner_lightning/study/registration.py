@@ -34,7 +34,7 @@ from pathlib import Path
 from ner_lightning import run_store
 from ner_lightning.report.claim_spec import family, family_directions, load_claims
 from ner_lightning.results import write_json_atomic
-from ner_lightning.study_plan import claim_power
+from ner_lightning.study.plan import claim_power
 
 
 def record_path(study_file: Path) -> Path:
@@ -138,9 +138,9 @@ def register(study_file: Path, plan: dict, levels: dict[str, list[float]], folde
 
 
 RULE = (
-    "study.py",
-    "study_looks.py",
-    "study_plan.py",
+    "study/runner.py",
+    "study/looks.py",
+    "study/plan.py",
     "report/claims.py",
     "report/claim_spec.py",
     "report/sequential.py",
@@ -151,15 +151,21 @@ RULE = (
 
 
 def rule_fingerprint() -> dict[str, str]:
-    """The sha256 of each module of the judging rule (:data:`RULE`), as this process runs it."""
-    package = Path(__file__).resolve().parent
+    """The sha256 of each module of the judging rule (:data:`RULE`, paths in the package), as this
+    process runs it. A study registered before the study wing existed names ``study.py``,
+    ``study_looks.py`` and ``study_plan.py``: those count as changed, and the registered rule
+    judges again (:func:`rule_check`)."""
+    package = Path(__file__).resolve().parents[1]
     return {name: _sha256(package / name) for name in RULE}
 
 
 REGISTERED_RULE = """
 import json, sys
 from pathlib import Path
-from ner_lightning.study import run_study
+try:
+    from ner_lightning.study.runner import run_study
+except ImportError:  # a package from before the study wing: ner_lightning/study.py
+    from ner_lightning.study import run_study
 record = run_study(Path(sys.argv[1]), folder=Path(sys.argv[2]), replay=True)
 print(json.dumps(record["verdicts"]))
 """

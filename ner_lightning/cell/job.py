@@ -14,8 +14,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from ner_lightning.build import overrides
-from ner_lightning.cell import Cell, Progress
+from ner_lightning.cell.build import overrides
+from ner_lightning.cell.steps import Cell, Progress
 from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells, devices
