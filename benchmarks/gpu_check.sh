@@ -27,9 +27,10 @@ GRID_SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}
 GRID_PARTITIONS=${GRID_PARTITIONS:-0,1,2,3,4,5,6,7}
 GRID_LAUNCHERS=${GRID_LAUNCHERS:-lockstep parallel}
 AGREE_PARTITIONS=${AGREE_PARTITIONS:-0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}
-# Seconds: env; each precision of group; each launcher of grid; each side of agreement; each summary.
+# Seconds: env (a cold import of torch, transformers and Lightning took over 10 s on an H200
+# machine); each precision of group; each launcher of grid; each side of agreement; each summary.
 # (A process that ignores SIGTERM at its limit is killed 5 s later.)
-L_ENV=10; L_GROUP=65; L_GRID=115; L_AGREE=80; L_SUMMARY=5
+L_ENV=20; L_GROUP=65; L_GRID=115; L_AGREE=75; L_SUMMARY=5
 TOTAL=$((L_ENV + 2 * L_GROUP + 2 * L_GRID + 2 * L_AGREE + 20 + 4 * L_SUMMARY))
 export WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
