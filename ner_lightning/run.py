@@ -15,22 +15,16 @@ import gc
 import logging
 import os
 import sys
-import time
 
 import hydra
 from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
-from ner_lightning import console
 from ner_lightning.cell import protocols
-from ner_lightning.cell.job import begin_cell, freeze_imports, write_failure
-from ner_lightning.cell.steps import Progress
-from ner_lightning.clock import PROCESS
+from ner_lightning.cell.job import begin_cell, ended_job, open_job, recorded_failure
 from ner_lightning.config import CONFIG_DIR
-from ner_lightning.settings import run_settings
 from ner_lightning.sweep import cells
-from ner_lightning.sweep.signals import exit_code, interrupts_raised
-from ner_lightning.wandb_logging import finish_wandb
+from ner_lightning.sweep.signals import interrupts_raised
 
 log = logging.getLogger("ner_lightning")
 
@@ -45,29 +39,11 @@ def main(cfg: DictConfig) -> float | None:
     a ``last.ckpt`` of the same identity is resumed. Ctrl-C / SIGTERM exit 130 / 143. A failure writes
     ``failure.json`` and keeps the checkpoints for a rerun; a success writes ``results.json``
     and drops them."""
-    PROCESS.close_all()  # the process's start-up (or, after an earlier cell of this process, the launcher's work) ends
-    freeze_imports()
-    settings = run_settings(cfg)
-    console.quiet(settings.runtime.quiet)
-    out_dir = settings.out_dir()
-    progress = Progress()  # where training is, for failure.json
-    t0 = time.time()
-    try:
-        with interrupts_raised(), cells.exclusive(out_dir, "cell"):  # FolderInUse: another process's, left alone
-            try:
-                cell, resume = begin_cell(cfg, out_dir, progress)
-                return protocols.run_protocol(cfg, cell, resume)
-            except BaseException as err:
-                write_failure(out_dir, err, time.time() - t0, progress)  # while the folder is still ours
-                raise
-    except BaseException as err:
-        code = exit_code(err)
-        if code is not None:
-            raise SystemExit(code) from None  # the sweep stops too: SystemExit passes Hydra's job runner
-        raise
-    finally:
-        finish_wandb()
-        PROCESS.open("startup")  # what this process does before its next cell, charged to that cell
+    out_dir, progress, t0 = open_job(cfg)
+    # FolderInUse (another process's folder) is left alone; failure.json is written while the folder is ours
+    with ended_job(), interrupts_raised(), cells.exclusive(out_dir, "cell"), recorded_failure(out_dir, progress, t0):
+        cell, resume = begin_cell(cfg, out_dir, progress)
+        return protocols.run_protocol(cfg, cell, resume)
 
 
 def cli() -> None:

@@ -89,14 +89,20 @@ def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
     return [*callbacks, horizon]
 
 
+def instantiate_trainer(cfg: DictConfig, **given) -> pl.Trainer:
+    """``cfg.trainer`` with ``given`` (callbacks, logger, …) at the precision its plugins take
+    (``hardware.trainer_precision``): a cell's Trainer, and a lockstep group's."""
+    precision = trainer_precision(
+        cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins"))
+    )
+    return instantiate(cfg.trainer, **given, **precision)
+
+
 def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, list, list]:
     """The Trainer with the run's callbacks and loggers (the grid keys logged on top)."""
     callbacks = build_callbacks(cfg)
     loggers = _instantiate_group(cfg.get("logger"))
-    precision = trainer_precision(
-        cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins"))
-    )
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **precision)
+    trainer = instantiate_trainer(cfg, callbacks=callbacks, logger=loggers or False)
     grid = grid_keys(cfg, overrides())
     for lg in loggers:  # flat grid keys on top (W&B group-by), the whole resolved config under "config"
         lg.log_hyperparams({**grid, "config": OmegaConf.to_container(cfg, resolve=True)})

@@ -32,9 +32,8 @@ from ner_lightning.results import best_epoch
 log = logging.getLogger("ner_lightning")
 
 
-def _one(callbacks: list, kind: type):
-    found = [c for c in callbacks if isinstance(c, kind)]
-    return found[0] if found else None
+def _writer(callbacks: list) -> PredictionWriter | None:
+    return next((c for c in callbacks if isinstance(c, PredictionWriter)), None)
 
 
 @dataclass
@@ -55,13 +54,13 @@ class CellFit:
 
     @classmethod
     def of(cls, member: Member, min_epochs: int) -> CellFit:
-        callbacks = member.run.callbacks
+        trainer = member.run.trainer  # the cell's own, with its callbacks
         return cls(
             member,
             min_epochs,
-            stopping=_one(callbacks, EarlyStopping),
-            selection=selecting_checkpoint(member.run.trainer),  # the one a cell alone tests with
-            writer=_one(callbacks, PredictionWriter),
+            stopping=trainer.early_stopping_callback,
+            selection=selecting_checkpoint(trainer),  # the one a cell alone tests with
+            writer=_writer(member.run.callbacks),
         )
 
     @property

@@ -21,15 +21,14 @@ import logging
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities import CombinedLoader
 
 from ner_lightning.callbacks.checkpointing import ResumeCheckpoint
+from ner_lightning.cell.build import instantiate_trainer
 from ner_lightning.cell.steps import loadable
 from ner_lightning.clock import PROCESS
-from ner_lightning.hardware import trainer_precision
 from ner_lightning.lockstep.cell_fit import CellFit
 from ner_lightning.lockstep.group_module import LockstepModule
 from ner_lightning.lockstep.members import Member
@@ -58,18 +57,10 @@ def _group_trainer(cfg: DictConfig, folder: Path):
                 enable_version_counter=False,
             )
         )
-    precision = trainer_precision(
-        cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins"))
-    )
     own = cfg.copy()  # the cell's config, its interpolations intact, with the group's folder
     own.trainer.default_root_dir = str(folder)
-    trainer = instantiate(
-        own.trainer,
-        callbacks=callbacks,
-        logger=False,
-        gradient_clip_val=None,
-        enable_checkpointing=bool(callbacks),
-        **precision,
+    trainer = instantiate_trainer(
+        own, callbacks=callbacks, logger=False, gradient_clip_val=None, enable_checkpointing=bool(callbacks)
     )
     return trainer, last is not None
 
