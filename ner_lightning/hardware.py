@@ -1,5 +1,5 @@
 """Which precisions this machine runs natively (the flags behind the candidates
-``ner_lightning.precision`` measures), the Trainer's precision plugin, and two process
+``ner_lightning.precision`` measures) and two process
 settings of a cell: the C library's heap (``malloc_top_pad_mb``, :func:`reserve_heap`) and
 torch's fill of new tensors under deterministic algorithms (``fill_uninitialized_memory``,
 :func:`fill_uninitialized_memory`).
@@ -18,8 +18,6 @@ from functools import cache
 from pathlib import Path
 
 import torch.utils.deterministic
-from pytorch_lightning.plugins.precision import MixedPrecision, Precision
-from pytorch_lightning.utilities import GradClipAlgorithmType
 
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -59,31 +57,6 @@ def fused_adamw(precision: str) -> bool:
     fp16 loss scaling (``16-mixed``), where Lightning must unscale the gradients before clipping
     and a fused optimizer unscales inside its step. bf16 has no scaler (:class:`BF16Mixed`)."""
     return str(precision) not in ("16-mixed", "16")
-
-
-class BF16Mixed(MixedPrecision):
-    """Lightning's ``bf16-mixed`` without its refusal to clip the gradients of a fused optimizer.
-
-    The refusal guards fp16 loss scaling (gradients must be unscaled before clipping, and a fused
-    optimizer unscales inside its step); bf16 runs without a scaler, so clipping is the plain one.
-    Without it bf16 training falls back to torch's per-parameter AdamW loop, 0.137 s a step
-    instead of 0.018 s for MiniLM on 2 CPU cores (docs/benchmarks.md)."""
-
-    def __init__(self, device: str):
-        super().__init__("bf16-mixed", device)
-
-    def clip_gradients(self, optimizer, clip_val=0.0, gradient_clip_algorithm=GradClipAlgorithmType.NORM) -> None:
-        Precision.clip_gradients(self, optimizer, clip_val, gradient_clip_algorithm)
-
-
-def trainer_precision(precision: str, accelerator: str = "auto", plugins=None) -> dict:
-    """``pytorch_lightning.Trainer`` arguments for ``trainer.precision``: ``bf16-mixed`` becomes
-    the :class:`BF16Mixed` plugin (same autocast, fused optimizers allowed); any other name is
-    passed on as it is."""
-    if str(precision) != "bf16-mixed":
-        return {"precision": precision, "plugins": plugins}
-    device = "cuda" if uses_gpu(str(accelerator)) else "cpu"
-    return {"precision": None, "plugins": [*(plugins or []), BF16Mixed(device)]}
 
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc <malloc.h>

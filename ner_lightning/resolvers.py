@@ -59,9 +59,27 @@ def _at_most(value: int, limit: int) -> int:
     return value if limit is None or limit < 0 else min(value, limit)
 
 
+FOLDER_NAME_BYTES = 200  # a cell folder's name stays well under the 255 bytes file systems allow
+
+
 def _folder_name(text: str) -> str:
-    """``${folder_name:...}``: one folder name, never nested ("/" in an override value becomes "%2F")."""
-    return str(text).replace("/", "%2F")
+    """``${folder_name:...}``: one folder name, never nested ("/" in an override value becomes
+    "%2F"), at most ``FOLDER_NAME_BYTES`` bytes: a longer one (a sweep of many or long overrides)
+    keeps the overrides that fit whole and ends in how many were left out and a hash of them all
+    (``size=20,loss=ce,+9more-3f2a61c0d4``), so it stays unique; ``cell.json`` holds them in full."""
+    name = str(text).replace("/", "%2F")
+    if len(name.encode()) <= FOLDER_NAME_BYTES:
+        return name
+    import hashlib
+
+    items, kept = name.split(","), list[str]()
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    for item in items:
+        tail = f"+{len(items) - len(kept) - 1}more-{digest}"
+        if len(",".join([*kept, item, tail]).encode()) > FOLDER_NAME_BYTES:
+            break
+        kept.append(item)
+    return ",".join([*kept, f"+{len(items) - len(kept)}more-{digest}"])
 
 
 def _sweep_name(experiment: str | None, sweep_dir: str) -> str:

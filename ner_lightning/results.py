@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
 from ner_lightning.clock import PROCESS
+from ner_lightning.resuming import resume_command
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -192,7 +193,7 @@ def _write_atomic(path: Path, write: Callable[[IO[bytes]], object], fsync: bool)
                 errno.ENOSPC,
                 f"no space left on device at {path.parent} (writing {path.name}): free "
                 "space there — e.g. the checkpoints of old or failed cells, multirun/**/checkpoints — "
-                "then rerun the same command to resume",
+                f"then resume with: {resume_command()}",
             ) from err
         raise
     return path

@@ -14,15 +14,18 @@ import faulthandler
 import gc
 import logging
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
-from ner_lightning.cell import protocols
-from ner_lightning.cell.job import begin_cell, ended_job, open_job, recorded_failure
 from ner_lightning.config import CONFIG_DIR
+from ner_lightning.preflight import Refused, add_user_paths, check_cell
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.signals import interrupts_raised
 
@@ -39,11 +42,50 @@ def main(cfg: DictConfig) -> float | None:
     a ``last.ckpt`` of the same identity is resumed. Ctrl-C / SIGTERM exit 130 / 143. A failure writes
     ``failure.json`` and keeps the checkpoints for a rerun; a success writes ``results.json``
     and drops them."""
+    hc = HydraConfig.get()
+    add_user_paths(hc.runtime.config_sources)
+    if hc.mode == RunMode.RUN:  # a sweep's cells were checked by its sweeper before any started
+        refused_at_once(cfg, Path(hc.runtime.output_dir))
+    # Lightning and the models load only now: a refusal above takes seconds
+    from ner_lightning.cell import protocols
+    from ner_lightning.cell.job import begin_cell, ended_job, open_job, recorded_failure
+
     out_dir, progress, t0 = open_job(cfg)
     # FolderInUse (another process's folder) is left alone; failure.json is written while the folder is ours
     with ended_job(), interrupts_raised(), cells.exclusive(out_dir, "cell"), recorded_failure(out_dir, progress, t0):
         cell, resume = begin_cell(cfg, out_dir, progress)
         return protocols.run_protocol(cfg, cell, resume)
+
+
+def refused_at_once(cfg: DictConfig, out_dir: Path) -> None:
+    """A single run whose input is wrong (``preflight``) or whose folder another process holds
+    stops in one line (exit 2), before anything slow, and leaves no folder behind that it made."""
+    fresh = not (out_dir / cells.CELL).exists()
+    try:
+        with cells.exclusive(out_dir, "cell"):
+            check_cell(cfg)
+        return
+    except cells.FolderInUse as err:
+        message, fresh = str(err), False
+    except Refused as err:
+        message = str(err)
+    if fresh:
+        remove_new_folder(out_dir)
+    raise SystemExit(f"ner-lightning: refused: {message}") from None
+
+
+def remove_new_folder(out_dir: Path) -> None:
+    """The run folder Hydra made for a refused run (its ``.hydra``, ``train.log`` and lock only),
+    and the time and date folders above it when they hold nothing else."""
+    if any(p.name not in (".hydra", "train.log", cells.LOCK) for p in out_dir.iterdir()):
+        return
+    logging.shutdown()  # train.log's handler lets go of the file
+    shutil.rmtree(out_dir, ignore_errors=True)
+    for parent in list(out_dir.parents)[:2]:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
 
 
 def cli() -> None:

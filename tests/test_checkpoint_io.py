@@ -64,7 +64,7 @@ def test_a_remote_path_goes_through_lightnings_writer(monkeypatch):
 def test_the_default_trainer_writes_checkpoints_with_it(toy_cfg):
     from hydra.utils import instantiate
 
-    from ner_lightning.hardware import trainer_precision
+    from ner_lightning.precision.plugin import trainer_precision
 
     cfg = toy_cfg()
     precision = trainer_precision(cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins")))

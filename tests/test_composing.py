@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from ner_lightning.config import CONFIG_DIR
 from ner_lightning.sweep.composing import ComposedOnce
-from ner_lightning.sweep.sweeper import expand_grid
+from ner_lightning.sweep.grid_cells import expand_grid
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ def test_fused_adamw_except_under_fp16_loss_scaling(tmp_path):
 
 def test_bf16_training_clips_the_gradients_of_the_fused_adamw(toy_cfg, monkeypatch):
     """Lightning's own bf16-mixed plugin raises here ("does not allow for gradient clipping");
-    :class:`hardware.BF16Mixed` clips as in fp32."""
+    :class:`precision.plugin.BF16Mixed` clips as in fp32."""
     import torch
 
     from tests.helpers import train
@@ -150,7 +150,7 @@ def test_bf16_training_clips_the_gradients_of_the_fused_adamw(toy_cfg, monkeypat
 
 
 def test_trainer_precision_passes_other_names_through():
-    from ner_lightning.hardware import BF16Mixed, trainer_precision
+    from ner_lightning.precision.plugin import BF16Mixed, trainer_precision
 
     assert trainer_precision("32-true", "cpu") == {"precision": "32-true", "plugins": None}
     assert trainer_precision("16-mixed", "cpu") == {"precision": "16-mixed", "plugins": None}

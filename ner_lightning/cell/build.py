@@ -12,10 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping
 
 from ner_lightning.data.datamodule import MAIN, LowResourceDataModule
-from ner_lightning.hardware import trainer_precision
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import ScheduleOwner
 from ner_lightning.models.heads import build_family
+from ner_lightning.precision.plugin import trainer_precision
 from ner_lightning.results import grid_keys
 from ner_lightning.settings import as_dict
 
@@ -91,7 +91,7 @@ def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
 
 def instantiate_trainer(cfg: DictConfig, **given) -> pl.Trainer:
     """``cfg.trainer`` with ``given`` (callbacks, logger, …) at the precision its plugins take
-    (``hardware.trainer_precision``): a cell's Trainer, and a lockstep group's."""
+    (``precision.plugin.trainer_precision``): a cell's Trainer, and a lockstep group's."""
     precision = trainer_precision(
         cfg.trainer.precision, cfg.trainer.accelerator, instantiate(cfg.trainer.get("plugins"))
     )

@@ -24,6 +24,7 @@ from ner_lightning.cell.steps import Cell, Progress
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import complete_config
 from ner_lightning.results import write_json_atomic
+from ner_lightning.resuming import resume_command
 from ner_lightning.settings import run_settings
 from ner_lightning.sweep import cells, devices
 from ner_lightning.sweep.identity import cell_identity
@@ -50,7 +51,7 @@ def write_failure(out_dir: Path, err: BaseException, elapsed_s: float, progress:
     failure = {
         "status": "interrupted" if interrupted else "failed",
         "overrides": overrides(),
-        "error": "interrupted (Ctrl-C or SIGTERM); rerun the same command to resume"
+        "error": f"interrupted (Ctrl-C or SIGTERM); resume with: {resume_command()}"
         if interrupted
         else f"{type(err).__name__}: {err}",
         "epoch": epoch,

@@ -31,7 +31,7 @@ from ner_lightning.data.regimes import (
     training_set_stats,
     untyped,
 )
-from ner_lightning.data.sampling import check_partition, digest, partition_rng, sample_partition
+from ner_lightning.data.sampling import check_partition, digest, eval_sample_size, partition_rng, sample_partition
 
 MAIN = "main"  # the head / corpus key of the main corpus
 
@@ -73,6 +73,7 @@ class LowResourceDataModule(pl.LightningDataModule):
         framing: str,
         dev_size: int | None,
         test_size: int | None,
+        eval_size_at_most: bool,
         train_on_dev: bool,
         group_by_length: bool,
         length_window: int | None,
@@ -96,6 +97,7 @@ class LowResourceDataModule(pl.LightningDataModule):
             raise ValueError(f"data.eval_batch_tokens={eval_batch_tokens}: give sub-word positions >= 1, or null")
         self.eval_batch_tokens = eval_batch_tokens
         self.dev_size, self.test_size, self.train_on_dev = dev_size, test_size, train_on_dev
+        self.eval_size_at_most = eval_size_at_most
         self.group_by_length, self.length_window, self.num_workers = group_by_length, length_window, num_workers
         self.imbalance = dict(imbalance)
         self.entity_types = list(entity_types) if entity_types else None
@@ -133,8 +135,12 @@ class LowResourceDataModule(pl.LightningDataModule):
             return
         c = self.corpus
         partition = self._select_partition()
-        dev = sample_partition(c.dev, self.dev_size, 0, self.seed, c.name, split="dev", key="data.dev_size")
-        test = sample_partition(c.test, self.test_size, 0, self.seed, c.name, split="test", key="data.test_size")
+        dev_size, test_size = (
+            eval_sample_size(size, len(split), self.eval_size_at_most)
+            for size, split in ((self.dev_size, c.dev), (self.test_size, c.test))
+        )
+        dev = sample_partition(c.dev, dev_size, 0, self.seed, c.name, split="dev", key="data.dev_size")
+        test = sample_partition(c.test, test_size, 0, self.seed, c.name, split="test", key="data.test_size")
         if self.entity_types:
             partition, dev, test = (project_entity_types(x, self.entity_types) for x in (partition, dev, test))
         if self.label_scheme == "untyped":

@@ -58,6 +58,14 @@ def sample_partition(
     return [sentences[i] for i in chosen]
 
 
+def eval_sample_size(size: int | str | None, available: int, at_most: bool) -> int | str | None:
+    """The dev / test sample to draw: ``size`` (``data.dev_size``, ``data.test_size``), or with
+    ``at_most`` (``data.eval_size_at_most``) the whole split when it has no more sentences."""
+    if at_most and isinstance(size, int) and not isinstance(size, bool) and size >= available:
+        return None
+    return size
+
+
 def digest(ids: Iterable[str]) -> str:
     """SHA-256 over sentence ids (order-sensitive): two runs share a partition iff equal."""
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()

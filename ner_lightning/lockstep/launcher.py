@@ -25,19 +25,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.clock import PROCESS
-from ner_lightning.lockstep.fit import fit_group, group_sha256
-from ner_lightning.lockstep.member_job import close_member, open_member
-from ner_lightning.lockstep.members import Member, config_refusal
 from ner_lightning.settings import as_dict
 from ner_lightning.sweep.launchers import ParallelLauncher, log_progress
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
 from ner_lightning.sweep.workers import Job, WorkerPool
+
+if TYPE_CHECKING:  # the cells' modules (Lightning, the models) load when a group runs, not at start-up
+    from ner_lightning.lockstep.members import Member
 
 log = logging.getLogger("ner_lightning")
 
@@ -81,6 +82,8 @@ def plan_groups(
 
 def _closing(member: Member) -> Callable[[DictConfig], object]:
     """The task function that ends ``member``'s cell as its Hydra job."""
+    from ner_lightning.lockstep.member_job import close_member
+
     return lambda cfg: close_member(member)
 
 
@@ -138,6 +141,9 @@ class LockstepTasks:
             return JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=err)
 
     def _run_group(self, group: list[Job]) -> dict[int, JobReturn]:
+        from ner_lightning.lockstep.fit import group_sha256
+        from ner_lightning.lockstep.member_job import open_member
+
         returns, members = {}, []
         for job in group:
             try:
@@ -184,6 +190,8 @@ class LockstepTasks:
     @staticmethod
     def _fit(members: list[Member], jobs: list[Job], folder: Path) -> None:
         """The group's fit; its seconds shared out to its cells; an error stops every cell of it."""
+        from ner_lightning.lockstep.fit import fit_group, group_sha256
+
         names = [" ".join(filter_overrides(job.overrides)) for job in jobs]
         sha = group_sha256(members)
         precision = OmegaConf.select(members[0].cfg, "callbacks.eval_precision.precision")
@@ -228,6 +236,8 @@ class LockstepLauncher(ParallelLauncher):
             Job(initial_job_idx + k, list(o), self._compose(initial_job_idx + k, list(o)))
             for k, o in enumerate(job_overrides)
         ]
+        from ner_lightning.lockstep.members import config_refusal
+
         plan = plan_groups(jobs, self.cells_per_group, config_refusal)
         workers = min(self.n_jobs, len(plan))
         log.info(

@@ -159,6 +159,24 @@ def _measure(path: Path, key: str, model: dict, names: list[str], why: str, devi
     return entry
 
 
+def decided() -> dict[str, dict]:
+    """Every choice this process made or read, by key: a sweep records them in its manifest."""
+    return {key: dict(entry) for key, entry in _memo.items()}
+
+
+def pin(choices: dict[str, dict]) -> None:
+    """Use ``choices`` (a resumed sweep's, as :func:`decided` gave them) for the keys this process has
+    not decided yet, and pass them on to the processes it starts: a sweep's cells keep the precision
+    their identity was composed with, and a resume measures nothing. A key names the device, CPU and
+    torch version: on another machine nothing matches and the precision is chosen anew."""
+    fresh = {
+        k: v for k, v in choices.items() if k not in _memo and isinstance(v, dict) and "train" in v and "eval" in v
+    }
+    if fresh:
+        _memo.update(fresh)
+        os.environ[ENV] = json.dumps({**_inherited(), **fresh})
+
+
 def _inherited() -> dict:
     try:
         return json.loads(os.environ.get(ENV) or "{}")

@@ -140,14 +140,18 @@ def _statistics_options(group: argparse._ArgumentGroup) -> None:
 def _refuse_guesses(runs: list[dict], by: list[str], metrics: list[str], pool: list[str], baseline: str | None) -> None:
     """Stop, naming what is wrong, rather than print a table that mixes what it should not."""
     problems = unknown_keys(runs, by, metrics) + unknown_baseline(runs, baseline, by)
-    if not problems:
-        problems = duplicates(runs, by)
-        if problems:
-            problems.insert(0, "the same run twice (one row, partition and initialisation) — remove one folder:")
-    if not problems:
+    if not problems:  # settings first: runs that differ in one are not the same run
         problems = pooled_differences(runs, by, pool)
         if problems:
             problems.append("add the key to --by (a row per value), or --pool KEY to average over it")
+    if not problems:
+        problems = duplicates(runs, by)
+        if problems:
+            problems.insert(
+                0,
+                "the same run in two folders (one row, partition, initialisation and settings); a row "
+                "counts each run once, so report the folders that hold one copy of each run:",
+            )
     if problems:
         raise SystemExit("\n".join(problems))
 

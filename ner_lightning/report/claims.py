@@ -182,8 +182,8 @@ def _deltas(claim: dict, runs: list[dict], pool: list[str]) -> tuple[dict, list[
     method, base = (str(claim["method"]),), (str(claim["baseline"]),)
     pair = rows[method] + rows[base]
     problems = (
-        duplicates(pair, [key])
-        + pooled_differences(pair, [key], pool)
+        pooled_differences(pair, [key], pool)
+        + duplicates(pair, [key])
         + unpaired_rows(rows, [(method, base)], [key], pool)
     )
     if problems:

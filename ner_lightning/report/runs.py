@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ner_lightning import run_store
+from ner_lightning.report.result_schema import BadResult, check_result, refusal
 from ner_lightning.results import RESULT_SECTIONS, RESULT_VALUES, typed_fields
 from ner_lightning.sweep.cells import TUNE
 
@@ -17,7 +18,8 @@ def load_runs(dirs: list[Path], strict: bool = False) -> tuple[list[dict], list[
     """All results under ``dirs`` (folders, or folders a run store holds: ner_lightning/run_store.py)
     and the failures of cells that have no results (a rerun that succeeded supersedes an old
     ``failure.json`` in the same folder). A results.json that cannot be read is named and
-    skipped (``strict``: the report stops)."""
+    skipped (``strict``: the report stops); one whose values a cell could not have written
+    (``report.result_schema``) stops the report, naming the file and the key."""
     runs, failed = [], []
     for d in dirs:
         if not run_store.exists(Path(d)):
@@ -29,10 +31,14 @@ def load_runs(dirs: list[Path], strict: bool = False) -> tuple[list[dict], list[
             except (OSError, ValueError) as err:
                 if strict:
                     raise SystemExit(
-                        f"{path}: not a readable results.json ({err}); remove or rerun that cell"
+                        f"{path}: not a readable results.json ({err}); rerun that cell, or report without its folder"
                     ) from None
                 print(f"warning: skipped {path}: not a readable results.json ({err})", file=sys.stderr)
                 continue
+            try:
+                check_result(run)
+            except BadResult as err:
+                raise SystemExit(refusal(path, err)) from None
             run["_dir"] = str(path.parent)
             runs.append(run)
         done = {p.parent for p in results}

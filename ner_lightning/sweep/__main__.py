@@ -1,7 +1,8 @@
 """``python -m ner_lightning.sweep status <sweep dir>``: where a sweep stands.
 ``python -m ner_lightning.sweep export <sweep dir> <folder>``: what to commit of it.
 
-``status`` reads the manifest (the whole grid) and each cell's ``cell.json`` / ``results.json`` /
+``status`` (exit 0 for a healthy sweep: finished, or running with nothing failed since it
+started) reads the manifest (the whole grid) and each cell's ``cell.json`` / ``results.json`` /
 ``failure.json``: done, failed, interrupted, running and missing cells, time per finished cell
 and an ETA (remaining cells × mean cell time / cells running now), and how many cells run on each
 device (``running: gpu 0 x4, gpu 1 x4``); a finished cell whose module of the user's own has
@@ -14,6 +15,10 @@ the sweep's command, and the exported cells are skipped (same config hash). A de
 ending in ``.jsonl.xz`` is one compressed file instead (a run store, ner_lightning/run_store.py),
 which the report reads as the folder; ``python -m ner_lightning.run_store unpack`` makes the folder.
 
+``resume`` runs the sweep's command (its manifest holds it, and the folder it ran in) again
+into the sweep folder: finished cells are skipped and interrupted ones continue from their
+``last.ckpt``; ``--dry-run`` prints the command.
+
 ``reidentify`` repairs the results of cells that the parallel launcher ran while it wrote the
 device it pinned into ``trainer.accelerator`` (their identity then differed from the manifest's
 and a rerun would have trained them again): see ``identity.accelerator_restored``.
@@ -23,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -31,6 +38,7 @@ from pathlib import Path
 
 from ner_lightning import run_store
 from ner_lightning.results import time_spent, write_json_atomic
+from ner_lightning.resuming import SWEEP_DIR, sweep_resume_command, with_folder
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import accelerator_restored, user_code_changed
 
@@ -138,6 +146,35 @@ def reidentify(sweep_dir: Path) -> tuple[int, int]:
     return repaired, other
 
 
+def resume(sweep_dir: Path, dry_run: bool = False) -> int:
+    """Run the command its manifest recorded again, in the folder it ran in, into ``sweep_dir``
+    (``hydra.sweep.dir`` made explicit): the sweeper skips finished cells and resumes the rest."""
+    manifest = cells.read_manifest(sweep_dir)
+    if manifest is None:
+        raise SystemExit(
+            f"{sweep_dir}: no {cells.MANIFEST} — not a sweep folder (a single run resumes with its "
+            "command and hydra.run.dir=<its folder>, as its failure.json says)"
+        )
+    recorded = manifest.get("command")
+    if not isinstance(recorded, list) or not all(isinstance(a, str) for a in recorded):
+        raise SystemExit(
+            f"{sweep_dir / cells.MANIFEST}: its `command` is not a command line; rerun the sweep's command "
+            f"with hydra.sweep.dir={sweep_dir.resolve()}"
+        )
+    arguments = with_folder(recorded[1:], SWEEP_DIR, sweep_dir)
+    if "-m" not in arguments and "--multirun" not in arguments:
+        arguments.insert(0, "-m")
+    cwd = manifest.get("cwd") if isinstance(manifest.get("cwd"), str) and Path(manifest["cwd"]).is_dir() else None
+    shown = shlex.join(["python", "-m", "ner_lightning.run", *arguments])
+    print(f"resuming {sweep_dir}: {shown}" + (f"  (in {cwd})" if cwd else ""), flush=True)
+    if dry_run:
+        return 0
+    if cwd:
+        os.chdir(cwd)
+    os.execv(sys.executable, [sys.executable, "-m", "ner_lightning.run", *arguments])
+    return 1  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ner_lightning.sweep", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -151,9 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ex.add_argument("sweep_dir", type=Path)
     ex.add_argument("dest", type=Path)
+    rs = sub.add_parser(
+        "resume",
+        help="run the sweep's command again in its folder: finished cells are skipped, interrupted ones "
+        "continue from their last checkpoint",
+    )
+    rs.add_argument("sweep_dir", type=Path)
+    rs.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
     re = sub.add_parser("reidentify", help="repair results recorded with the device the parallel launcher pinned")
     re.add_argument("sweep_dir", type=Path)
     args = parser.parse_args(argv)
+
+    if args.command == "resume":
+        return resume(args.sweep_dir, args.dry_run)
 
     if args.command == "reidentify":
         repaired, other = reidentify(args.sweep_dir)
@@ -187,10 +234,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  running: {placement(rows)}")
     for r in rows:
         if r["state"] in ("failed", "interrupted") and r.get("failure"):
-            print(f"  {r['state']}: {r['dir']}: {r['failure'].get('error', '')[:200]}")
+            print(f"  {r['state']}: {r['dir']}: {r['failure'].get('error', '').splitlines()[0][:200]}")
         elif r.get("note"):
             print(f"  {r['state']}: {r.get('dir', '?')}: {r['note']}")
-    return 0 if counts.get("done", 0) == len(rows) else 1
+    running = cells.holder(args.sweep_dir)
+    if running:
+        print(f"  the sweep is running ({running})")
+    elif counts.get("done", 0) < len(rows):
+        print(f"  the sweep is not running; resume with: {sweep_resume_command(args.sweep_dir)}")
+    return sweep_exit_code(rows, last.get("started"), running is not None)
+
+
+def sweep_exit_code(rows: list[dict], launched: str | None, running: bool) -> int:
+    """0 for a healthy sweep — every cell done, or running with no cell failed since this launch
+    started (``launched``; earlier failures are retried by it) — else 1: something to fix or resume."""
+    if all(r["state"] == "done" for r in rows):
+        return 0
+    failed_now = [
+        r
+        for r in rows
+        if r["state"] == "failed" and str((r.get("failure") or {}).get("finished", "")) >= str(launched or "")
+    ]
+    return 0 if running and not failed_now else 1
 
 
 def _cell_line(r: dict) -> str:

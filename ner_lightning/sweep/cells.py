@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import json
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from ner_lightning.results import write_json_atomic
+from ner_lightning.resuming import sweep_resume_command
 from ner_lightning.sweep.signals import exit_code, interrupts_raised
 
 MANIFEST = "manifest.json"
@@ -27,6 +29,7 @@ FAILURE = "failure.json"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 LOCK = ".lock"
+log = logging.getLogger("ner_lightning")
 
 
 class FolderInUse(RuntimeError):
@@ -56,6 +59,21 @@ def exclusive(folder: Path, what: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def holder(folder: Path) -> str | None:
+    """Who holds ``folder``'s lock now (a launch running there), or None."""
+    path = folder / LOCK
+    if not path.is_file():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+    finally:
+        os.close(fd)  # closing releases a lock taken here
+    return None
 
 
 def now() -> str:
@@ -285,6 +303,9 @@ def run_exclusively(sweep_dir: Path, sweep: Callable[[], Any]) -> Any:
             return sweep()
     except BaseException as err:
         code = exit_code(err)
-        if code is None or isinstance(err, SystemExit) and err.code == code:
+        if code is None:
+            raise
+        log.warning("sweep %s stopped; resume with: %s", sweep_dir, sweep_resume_command(sweep_dir))
+        if isinstance(err, SystemExit) and err.code == code:
             raise
         raise SystemExit(code) from None

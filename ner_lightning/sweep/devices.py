@@ -131,11 +131,15 @@ def _n_jobs(launcher_cfg) -> int | None:
 
 def describe(cfg) -> dict:
     """What the config asks for (launchers other than ``parallel`` leave the device to it; SLURM
-    sets ``CUDA_VISIBLE_DEVICES`` to the task's GPU)."""
+    sets ``CUDA_VISIBLE_DEVICES`` to the task's GPU); ``auto`` recorded as what Lightning picks
+    (a GPU where CUDA has one, else the CPU)."""
     import torch
 
+    accelerator = str(cfg.trainer.accelerator)
+    if accelerator == "auto":
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
     return {
-        "accelerator": str(cfg.trainer.accelerator),
+        "accelerator": accelerator,
         "devices": str(cfg.trainer.devices),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": torch.get_num_threads(),

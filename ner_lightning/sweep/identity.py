@@ -43,6 +43,8 @@ WHERE_NAMES = (
     "devices",
     "aux_sort_from",
     "eval_batch_tokens",
+    # a size it caps would otherwise be refused: a finished cell computed the same either way
+    "eval_size_at_most",
 )
 _file_sha: dict[tuple[str, int, int], str] = {}
 
@@ -114,13 +116,18 @@ _INSTALLED = tuple(
 )
 
 
+def installed(path: Path) -> bool:
+    """A file of the standard library or of an installed package (not the user's own)."""
+    return any(path.resolve().is_relative_to(p) for p in _INSTALLED)
+
+
 def user_modules(resolved: dict) -> dict[str, Path]:
     """The modules of the user's own that the config instantiates from: a ``_target_``'s module
     outside this package and outside the interpreter's installed packages and standard library."""
     found = {}
     for target in _targets(resolved):
         located = None if target.split(".")[0] == "ner_lightning" else module_file(target)
-        if located is not None and not any(located[1].resolve().is_relative_to(p) for p in _INSTALLED):
+        if located is not None and not installed(located[1]):
             found[located[0]] = located[1]
     return found
 

@@ -13,6 +13,7 @@ Optuna sweeper whose trials are cells of the sweep's manifest, as a grid's are.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,8 @@ from omegaconf import DictConfig
 
 from ner_lightning.results import write_json_atomic
 from ner_lightning.sweep import cells
-from ner_lightning.sweep.sweeper import describe_cell, error_of
+from ner_lightning.sweep.grid_cells import describe_cell
+from ner_lightning.sweep.sweeper import error_of
 
 
 class RecordingLauncher(Launcher):
@@ -45,6 +47,7 @@ class RecordingLauncher(Launcher):
             "sweep_dir": str(self.sweep_dir),
             "sweeper": "optuna",
             "command": sys.argv,
+            "cwd": os.getcwd(),
             "cells": [],
             "invocations": [],
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from collections.abc import Iterator
 
 EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells report them
@@ -43,14 +44,15 @@ def interrupts_raised() -> Iterator[None]:
 
 def exit_code(err: BaseException) -> int | None:
     """The exit code of an interrupted cell or sweep (130 Ctrl-C, 143 SIGTERM), or None for a failure."""
-    from pytorch_lightning.utilities.exceptions import SIGTERMException
-
     if _received:  # whatever the signal's exception became on its way up
         return EXIT_CODES[_received[-1]]
     if isinstance(err, Interrupted):
         return EXIT_CODES[err.signum]
-    if isinstance(err, SIGTERMException):
-        return EXIT_CODES[signal.SIGTERM]
+    if "pytorch_lightning" in sys.modules:  # else no error here can be Lightning's
+        from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+        if isinstance(err, SIGTERMException):
+            return EXIT_CODES[signal.SIGTERM]
     if isinstance(err, (KeyboardInterrupt, SystemExit)):  # Lightning turns Ctrl-C into SystemExit(1)
         return EXIT_CODES[signal.SIGINT]
     return None

@@ -13,90 +13,56 @@ by launch order). Failed cells do not stop the others; the sweep exits non-zero 
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import logging
+import os
+import shutil
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from ner_lightning.config import complete_config, label_scheme_needed
+from ner_lightning.config import label_scheme_needed
+from ner_lightning.precision.choice import decided as decided_precisions
+from ner_lightning.precision.choice import pin as pin_precision
+from ner_lightning.preflight import Refused, add_user_paths
 from ner_lightning.results import write_json_atomic
-from ner_lightning.settings import as_dict
+from ner_lightning.resuming import sweep_resume_command
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.composing import ComposedOnce
-from ner_lightning.sweep.identity import identity_of, why_different
+from ner_lightning.sweep.grid_cells import describe_cell, expand_grid, preflight_cell
 
 log = logging.getLogger("ner_lightning")
 
 
-def expand_grid(overrides: list[Override]) -> list[list[str]]:
-    """The product of the sweep overrides (``a=1,2 b=x,y``: 4 jobs), in the order given; a key
-    given twice keeps its last value, as in Hydra."""
-    axes: dict[str, list[str]] = {}
-    for override in overrides:
-        key = override.get_key_element()
-        if not override.is_sweep_override():
-            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
-        elif override.is_discrete_sweep():
-            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
-        else:
-            raise HydraException(
-                f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type} "
-                f"({key}): use hydra/sweeper=optuna for intervals"
-            )
-    return [list(job) for job in itertools.product(*axes.values())]
+def _one_line(err: BaseException) -> str:
+    """An error's message without Hydra's and OmegaConf's context lines (full_key, object_type ...)."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    kept = [line for line in lines if not line.strip().startswith(("full_key:", "object_type=", "reference_type="))]
+    return " ".join(kept or lines or [type(err).__name__])
 
 
-def describe_cell(
-    hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str], sweep_dir: Path
-) -> dict:
-    """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
-    input files, ``sweep.identity``), which also validates it — and, when its folder holds the
-    result of another cell, why it will rerun."""
-    loader = hydra_context.config_loader
-    sweep_config = loader.load_sweep_config(master_config=master_config, sweep_overrides=list(overrides))
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.num = k
-        sweep_config.hydra.job.id = k
-    saved = HydraConfig.instance().cfg
-    HydraConfig.instance().set_config(sweep_config)
-    try:
-        subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
-        job = OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
-        resolved = as_dict(complete_config(job), resolve=True)
-        ident = identity_of(resolved)
-    finally:
-        HydraConfig.instance().cfg = saved
-    precision = {
-        "train": (resolved.get("trainer") or {}).get("precision"),
-        "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision"),
-    }
-    cell = {
-        "cell": k,
-        "overrides": list(overrides),
-        "dir": subdir,
-        "config_sha256": ident["sha256"],
-        "precision": precision,
-    }
-    old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
-    if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
-        cell["rerun_because"] = why_different(old, ident, resolved)
-    elif cells.unreadable(sweep_dir / subdir / cells.RESULTS):
-        cell["rerun_because"] = "its results.json is corrupt"
-    return cell
+def _remove_unused(sweep_dir: Path) -> None:
+    """A refused grid's new folder (its manifest, multirun.yaml and lock only), and the date folder
+    above it when that is empty."""
+    if not sweep_dir.is_dir() or any(
+        p.name not in (cells.MANIFEST, "multirun.yaml", cells.LOCK) for p in sweep_dir.iterdir()
+    ):
+        return
+    shutil.rmtree(sweep_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        sweep_dir.parent.rmdir()
 
 
 class GridSweeper(Sweeper):
@@ -117,7 +83,7 @@ class GridSweeper(Sweeper):
     ):
         super().__init__()
         if max_batch_size is not None and max_batch_size < 1:
-            raise ValueError(
+            raise Refused(
                 f"hydra.sweeper.max_batch_size must be a positive number of cells or null, got {max_batch_size}"
             )
         self.max_batch_size, self.params, self.resume = max_batch_size, dict(params or {}), resume
@@ -174,9 +140,29 @@ class GridSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        return cells.run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
+        add_user_paths(self.config.hydra.runtime.config_sources)
+        fresh = not (sweep_dir / cells.MANIFEST).exists()
+        try:
+            returns, failed = cells.run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
+        except (cells.FolderInUse, Refused, HydraException, OmegaConfBaseException) as err:
+            # the grid refused before any cell ran: one line (HYDRA_FULL_ERROR=1: the traceback)
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            if fresh and not isinstance(err, cells.FolderInUse):
+                _remove_unused(sweep_dir)
+            raise SystemExit(f"ner-lightning: sweep refused: {_one_line(err)}") from None
+        if failed:  # each named once, its traceback in its failure.json and train.log, not again here
+            for c in failed[:10]:
+                log.error("sweep: cell %s failed: %s", c["dir"], c["last_error"].splitlines()[0][:300])
+            if len(failed) > 10:
+                log.error(
+                    "sweep: ... and %d more (python -m ner_lightning.sweep status %s)", len(failed) - 10, sweep_dir
+                )
+            log.error("sweep: after a fix, resume with: %s", sweep_resume_command(sweep_dir))
+            raise SystemExit(1)
+        return returns
 
-    def _sweep(self, sweep_dir: Path, arguments: list[str]) -> Any:
+    def _sweep(self, sweep_dir: Path, arguments: list[str]) -> tuple[list[Sequence[JobReturn]], list[dict]]:
         manifest = self._planned(sweep_dir, arguments)
         done = [
             c
@@ -202,33 +188,35 @@ class GridSweeper(Sweeper):
             len(done),
             sweep_dir,
         )
-        if failed:
-            first = next(r for batch in returns for r in batch if r.status != JobStatus.COMPLETED)
-            _ = first.return_value  # re-raises the first failure, as Hydra's basic sweeper does
-        return returns
+        return returns, failed
 
     def _planned(self, sweep_dir: Path, arguments: list[str]) -> dict:
         """This invocation's manifest: every cell numbered, then composed and described (``describe_cell``)."""
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         expanded = self._expand(arguments)
+        for k, o in enumerate(expanded):  # what needs no measurement first: a mistake is refused in seconds
+            preflight_cell(self.hydra_context, self.config, k, o)
         old = cells.read_manifest(sweep_dir)
         jobs = _with_earlier_cells(sweep_dir, old, expanded, self._on_common_labels(expanded))
         # Cell numbers first (the subdir resolver reads them), then folders and hashes.
         manifest = {
             "sweep_dir": str(sweep_dir),
             "command": sys.argv,
+            "cwd": os.getcwd(),  # where the command ran: `sweep resume` runs it there again
             "arguments": list(arguments),
             "cells": cells.numbered(jobs, old),
             "invocations": (old or {}).get("invocations", []),
         }
         write_json_atomic(sweep_dir / cells.MANIFEST, manifest)
+        pin_precision((old or {}).get("precision_choices") or {})  # a resume keeps its cells' precision
         manifest["cells"] = [
             describe_cell(self.hydra_context, self.config, k, o, sweep_dir) for k, o in enumerate(jobs)
         ]
+        manifest["precision_choices"] = decided_precisions()
         dirs = [c["dir"] for c in manifest["cells"]]
         if len(set(dirs)) != len(dirs):
             dup = next(d for d in dirs if dirs.count(d) > 1)
-            raise ValueError(
+            raise Refused(
                 f"two cells of this grid share the folder {dup!r}: they differ only in keys that "
                 "hydra.job.config.override_dirname.exclude_keys leaves out of folder names"
             )
@@ -276,14 +264,14 @@ def _with_earlier_cells(
         return jobs
     before = [c["overrides"] for c in old["cells"]]
     if jobs != expanded and not all(o in jobs for o in before) and any(o in expanded for o in before):
-        raise ValueError(
+        raise Refused(
             f"{sweep_dir} holds {len(before)} cells on each objective's own labels; this command adds "
             "an objective that needs other labels, so every cell would now run on "
             "data.label_scheme=untyped — another grid. Choose a new hydra.sweep.dir, or keep each "
             "objective's labels with hydra.sweeper.common_labels=false"
         )
     if not all(o in jobs for o in before):
-        raise ValueError(
+        raise Refused(
             f"{sweep_dir / cells.MANIFEST} holds a grid of {len(before)} cells that this command does not "
             "contain: rerun the command that made it (or one that adds axis values) to resume, or choose a "
             "new hydra.sweep.dir"

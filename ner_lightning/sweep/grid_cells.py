@@ -1,0 +1,95 @@
+"""A grid's cells before they run: the product of the sweep's overrides (:func:`expand_grid`), each
+cell checked for what needs no measurement (:func:`preflight_cell`), then composed as its launcher
+will compose it and described for the manifest — folder, identity, precision, and why a finished
+result in its folder is of another cell (:func:`describe_cell`)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from hydra.types import HydraContext
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ner_lightning.config import complete_config
+from ner_lightning.preflight import Refused, check_cell
+from ner_lightning.settings import as_dict
+from ner_lightning.sweep import cells
+from ner_lightning.sweep.identity import identity_of, why_different
+
+
+def expand_grid(overrides: list[Override]) -> list[list[str]]:
+    """The product of the sweep overrides (``a=1,2 b=x,y``: 4 jobs), in the order given; a key
+    given twice keeps its last value, as in Hydra."""
+    axes: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise HydraException(
+                f"hydra/sweeper=grid sweeps lists and ranges, not {override.value_type} "
+                f"({key}): use hydra/sweeper=optuna for intervals"
+            )
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def preflight_cell(hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str]) -> None:
+    """Cell ``k`` composed and checked by ``preflight.check_cell`` (nothing resolved that measures);
+    a refusal names the cell."""
+    sweep_config = hydra_context.config_loader.load_sweep_config(
+        master_config=master_config, sweep_overrides=list(overrides)
+    )
+    saved = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(sweep_config)
+    try:
+        job = OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
+        check_cell(job)
+    except Refused as err:
+        raise Refused(f"cell {k} ({' '.join(overrides) or 'defaults'}): {err}") from err
+    finally:
+        HydraConfig.instance().cfg = saved
+
+
+def describe_cell(
+    hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str], sweep_dir: Path
+) -> dict:
+    """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
+    input files, ``sweep.identity``), which also validates it — and, when its folder holds the
+    result of another cell, why it will rerun."""
+    loader = hydra_context.config_loader
+    sweep_config = loader.load_sweep_config(master_config=master_config, sweep_overrides=list(overrides))
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.num = k
+        sweep_config.hydra.job.id = k
+    saved = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(sweep_config)
+    try:
+        subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
+        job = OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
+        resolved = as_dict(complete_config(job), resolve=True)
+        ident = identity_of(resolved)
+    finally:
+        HydraConfig.instance().cfg = saved
+    precision = {
+        "train": (resolved.get("trainer") or {}).get("precision"),
+        "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision"),
+    }
+    cell = {
+        "cell": k,
+        "overrides": list(overrides),
+        "dir": subdir,
+        "config_sha256": ident["sha256"],
+        "precision": precision,
+    }
+    old = cells.read_json(sweep_dir / subdir / cells.RESULTS)
+    if old is not None and old.get("status") == "ok" and old.get("config_sha256") != ident["sha256"]:
+        cell["rerun_because"] = why_different(old, ident, resolved)
+    elif cells.unreadable(sweep_dir / subdir / cells.RESULTS):
+        cell["rerun_because"] = "its results.json is corrupt"
+    return cell
