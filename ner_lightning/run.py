@@ -25,8 +25,8 @@ from omegaconf import DictConfig
 
 import ner_lightning  # noqa: F401  (registers the config resolvers)
 from ner_lightning.config import CONFIG_DIR
-from ner_lightning.preflight import Refused, add_user_paths, check_cell
-from ner_lightning.sweep import cells
+from ner_lightning.sweep import cells, folder_lock
+from ner_lightning.sweep.preflight import Refused, add_user_paths, check_cell
 from ner_lightning.sweep.signals import interrupts_raised
 
 log = logging.getLogger("ner_lightning")
@@ -52,7 +52,12 @@ def main(cfg: DictConfig) -> float | None:
 
     out_dir, progress, t0 = open_job(cfg)
     # FolderInUse (another process's folder) is left alone; failure.json is written while the folder is ours
-    with ended_job(), interrupts_raised(), cells.exclusive(out_dir, "cell"), recorded_failure(out_dir, progress, t0):
+    with (
+        ended_job(),
+        interrupts_raised(),
+        folder_lock.exclusive(out_dir, "cell"),
+        recorded_failure(out_dir, progress, t0),
+    ):
         cell, resume = begin_cell(cfg, out_dir, progress)
         return protocols.run_protocol(cfg, cell, resume)
 
@@ -62,10 +67,10 @@ def refused_at_once(cfg: DictConfig, out_dir: Path) -> None:
     stops in one line (exit 2), before anything slow, and leaves no folder behind that it made."""
     fresh = not (out_dir / cells.CELL).exists()
     try:
-        with cells.exclusive(out_dir, "cell"):
+        with folder_lock.exclusive(out_dir, "cell"):
             check_cell(cfg)
         return
-    except cells.FolderInUse as err:
+    except folder_lock.FolderInUse as err:
         message, fresh = str(err), False
     except Refused as err:
         message = str(err)
@@ -77,7 +82,7 @@ def refused_at_once(cfg: DictConfig, out_dir: Path) -> None:
 def remove_new_folder(out_dir: Path) -> None:
     """The run folder Hydra made for a refused run (its ``.hydra``, ``train.log`` and lock only),
     and the time and date folders above it when they hold nothing else."""
-    if any(p.name not in (".hydra", "train.log", cells.LOCK) for p in out_dir.iterdir()):
+    if any(p.name not in (".hydra", "train.log", folder_lock.LOCK) for p in out_dir.iterdir()):
         return
     logging.shutdown()  # train.log's handler lets go of the file
     shutil.rmtree(out_dir, ignore_errors=True)

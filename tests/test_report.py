@@ -314,11 +314,50 @@ def test_a_row_that_pools_other_settings_is_refused_naming_them(tmp_path, capsys
         ("0.9", "0.9000", "1"), ("None", "0.5500", "2")]  # one row per setting: its mean, its n
 
 
-def test_the_same_run_twice_is_refused(tmp_path):
+def test_the_same_run_twice_is_refused_naming_both_folders_and_asking_to_delete_neither(tmp_path):
     _write(tmp_path, "first", _result("ce", 50, 0, 0.5))
     _write(tmp_path, "copy", _result("ce", 50, 0, 0.5))
     message = _run_report(None, tmp_path, "--by", "loss,size", "--metrics", "test.micro.f1")
-    assert "the same run twice" in message and "first" in message and "copy" in message
+    assert "the same run in two folders" in message and "first" in message and "copy" in message
+    assert not any(word in message for word in ("remove", "delete"))
+
+
+def test_runs_that_differ_in_a_setting_are_reported_as_such_not_as_the_same_run(tmp_path):
+    """Two sweeps of one grid on the same partitions but other settings (label scheme, epochs,
+    dev size): the report names those settings, and never calls them the same run."""
+    for name, scheme, epochs, dev in (("A", "typed", 30, 300), ("B", "untyped", 10, 100)):
+        config = {"data": {"label_scheme": scheme, "dev_size": dev}, "trainer": {"max_epochs": epochs}}
+        _write(tmp_path, f"{name}/0", _result("ce", 50, 0, 0.5, config=config))
+    message = _run_report(None, tmp_path, "--by", "loss,size", "--metrics", "test.micro.f1")
+    for key in ("data.label_scheme", "trainer.max_epochs", "data.dev_size"):
+        assert f"runs differ in {key}" in message
+    assert "same run" not in message and "remove" not in message
+
+
+@pytest.mark.parametrize("key, value, said", [
+    (("test", "micro", "f1"), "0.9; rm -rf /", "test.micro.f1 is '0.9; rm -rf /', not a score in [0, 1]"),
+    (("test", "micro", "f1"), 7.5, "test.micro.f1 is 7.5, not a score in [0, 1]"),
+    (("test", "micro", "f1"), True, "test.micro.f1 is True, not a score in [0, 1]"),
+    (("dev", "micro", "f1"), float("nan"), "dev.micro.f1 is nan, not a score in [0, 1]"),
+    (("test", "micro", "support"), -3, "test.micro.support is -3, not a count"),
+    (("wall_time_s",), "10", "wall_time_s is '10', not a number >= 0"),
+    (("config",), "x", "config is 'x', not the cell's resolved config"),
+    (("partition", "sha256"), 5, "partition.sha256 is 5, not a partition's hash"),
+    (("status",), "failed", "status is 'failed', not 'ok'"),
+])
+def test_a_results_json_with_a_value_no_cell_writes_is_refused_naming_file_and_key(tmp_path, key, value, said):
+    """A sweep folder from elsewhere is data: each value the report reads is checked first."""
+    for p in range(3):
+        _write(tmp_path, f"c{p}", _result("ce", 50, p, 0.5))
+    bad = _result("ce", 50, 3, 0.5)
+    node = bad
+    for part in key[:-1]:
+        node = node[part]
+    node[key[-1]] = value
+    _write(tmp_path, "edited", bad)
+    message = _run_report(None, tmp_path, "--by", "loss,size", "--metrics", "test.micro.f1")
+    assert message.startswith(f"{tmp_path / 'edited' / 'results.json'}: {said}"), message
+    assert "Traceback" not in message
 
 
 def test_keys_that_name_nothing_are_errors_that_list_what_exists(sweep):

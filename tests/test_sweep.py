@@ -1,5 +1,6 @@
 """The Hydra entry point as a user runs it: a real `-m` multirun in a subprocess."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -241,7 +242,8 @@ def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):
     run.send_signal(signal.SIGINT)
     assert run.wait(120) == 130
     failure = json.loads((tmp_path / "r" / "failure.json").read_text())
-    assert failure["status"] == "interrupted" and "rerun the same command to resume" in failure["error"]
+    assert failure["status"] == "interrupted"
+    assert f"resume with: python -m ner_lightning.run hydra.run.dir={(tmp_path / 'r').resolve()}" in failure["error"]
     assert not (tmp_path / "r" / "results.json").exists()
 
 
@@ -269,8 +271,10 @@ def test_parallel_launcher_runs_cells_at_once_with_one_slot_each(toy_data_dir, t
 def test_a_parallel_worker_that_dies_fails_only_its_cell_and_is_replaced(toy_data_dir, tmp_path):
     """Six cells on 2 workers, the cells of partition 1 (CE and CRF) each ending their worker
     process (os._exit(9), a segfault's kind of end): those cells fail with the exit code named, the
-    other four finish, and a new worker takes each dead one's slot: 4 worker processes in all, a
-    dead one never running another cell, every slot 0 or 1."""
+    other four finish, and a new worker takes a dead one's place while cells wait (the launcher
+    says so, naming both): every cell ran on one of the 2 first workers or on such a replacement,
+    a dead one never runs another cell, every slot 0 or 1. (How many replacements get a cell is
+    the scheduler's business: a replacement started as the last cell begins may get none.)"""
     from ner_lightning.config import REPO_ROOT
 
     args = ["-m", "partition=0,1,2", "loss=ce,crf", *TOY, "+callbacks.x._target_=tests.worker_crash.ExitProcess",
@@ -291,7 +295,12 @@ def test_a_parallel_worker_that_dies_fails_only_its_cell_and_is_replaced(toy_dat
         c = json.loads(f.read_text())
         started[f.parent.name] = (c["started"], c["pid"], c["device"]["slot"], "partition=1" in f.parent.name)
     assert len(started) == 6 and {slot for _, _, slot, _ in started.values()} == {0, 1}
-    assert len({pid for _, pid, _, _ in started.values()}) == 4  # 2 workers + the 2 that replaced the dead ones
+    replacements = re.findall(r"worker pid (\d+) takes the place of worker pid (\d+)", out)
+    dead = {int(old) for _, old in replacements}
+    assert 1 <= len(replacements) <= 2 and len(dead) == len(replacements)  # one new worker per death at most
+    assert dead <= {pid for _, pid, _, died in started.values() if died}  # it replaced a worker that died
+    first_two = {pid for _, pid, _, _ in started.values()} - {int(new) for new, _ in replacements}
+    assert len(first_two) == 2  # the others ran on a replacement the launcher named
     for when, pid, _, died in started.values():
         if died:  # the worker that ran a partition-1 cell runs nothing after it
             assert not [w for w, p, _, _ in started.values() if p == pid and w > when]

@@ -34,3 +34,11 @@ class ExitOnceInDev(PredictionWriter):
             open(os.environ["CRASH_FLAG"], "w").close()
             os._exit(9)
         super().write(dm, predicted, split)
+
+
+class FailForPartition1(pl.Callback):
+    """Raises (an ordinary failure, not a crash) when built for a cell of ``partition=1``."""
+
+    def __init__(self):
+        if "partition=1" in HydraConfig.get().overrides.task:
+            raise ValueError("this cell fails on purpose (tests/worker_crash.py)")

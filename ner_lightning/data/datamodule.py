@@ -31,7 +31,7 @@ from ner_lightning.data.regimes import (
     training_set_stats,
     untyped,
 )
-from ner_lightning.data.sampling import check_partition, digest, eval_sample_size, partition_rng, sample_partition
+from ner_lightning.data.sampling import check_partition, digest, partition_rng, sample_partition
 
 MAIN = "main"  # the head / corpus key of the main corpus
 
@@ -135,12 +135,9 @@ class LowResourceDataModule(pl.LightningDataModule):
             return
         c = self.corpus
         partition = self._select_partition()
-        dev_size, test_size = (
-            eval_sample_size(size, len(split), self.eval_size_at_most)
-            for size, split in ((self.dev_size, c.dev), (self.test_size, c.test))
-        )
-        dev = sample_partition(c.dev, dev_size, 0, self.seed, c.name, split="dev", key="data.dev_size")
-        test = sample_partition(c.test, test_size, 0, self.seed, c.name, split="test", key="data.test_size")
+        at_most = self.eval_size_at_most
+        dev = sample_partition(c.dev, self.dev_size, 0, self.seed, c.name, "dev", "data.dev_size", at_most)
+        test = sample_partition(c.test, self.test_size, 0, self.seed, c.name, "test", "data.test_size", at_most)
         if self.entity_types:
             partition, dev, test = (project_entity_types(x, self.entity_types) for x in (partition, dev, test))
         if self.label_scheme == "untyped":

@@ -35,13 +35,16 @@ def sample_partition(
     dataset: str,
     split: str = "train",
     key: str = "size",
+    at_most: bool = False,
 ) -> list[Sentence]:
     """Draw ``size`` sentences uniformly without replacement (file order kept).
 
     ``size`` of ``None`` or ``"full"`` keeps all sentences. A size larger than the split is
-    an error, not a silent cap; ``key`` names the config key in messages.
+    an error, not a silent cap, unless ``at_most`` (:func:`eval_sample_size`); ``key`` names the
+    config key in messages.
     """
     check_partition(partition)
+    size = eval_sample_size(size, len(sentences), at_most)
     if size is None or size == "full":
         return list(sentences)
     if isinstance(size, str) and size.isdigit():

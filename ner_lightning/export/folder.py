@@ -39,7 +39,7 @@ from ner_lightning.data.batching import sorted_batches
 from ner_lightning.data.corpus import OUTSIDE, LabelSet, Sentence
 from ner_lightning.export.model_card import model_card
 from ner_lightning.export.portable_paths import local_roots, portable
-from ner_lightning.export.trust import Trust, add_trust_options, check_buildable, trust_of
+from ner_lightning.export.trust import Trust, add_trust_options, check_buildable, for_tagging, trust_of
 from ner_lightning.hardware import eval_batch_tokens
 from ner_lightning.models.base import NERModule
 from ner_lightning.models.encoder import TransformerEncoder
@@ -141,13 +141,18 @@ def read_tensors(path: str | Path) -> dict:
         raise ValueError(f"{path}: not plain tensors, refused unread ({str(err).splitlines()[0]})") from err
 
 
-def build_module(config: dict, heads: dict[str, LabelSet], where: str, trust: Trust, **encoder_keys) -> NERModule:
+def build_module(
+    config: dict, heads: dict[str, LabelSet], where: str, trust: Trust, tagging: bool = False, **encoder_keys
+) -> NERModule:
     """The encoder (``config["model"]``, ``encoder_keys`` replacing its keys) and the objective
     family (``config["loss"]``) of a cell's config read from ``where``, each checked by
-    :func:`check_buildable` first. Loading trains nothing: the family's optimiser is not built."""
+    :func:`check_buildable` first. Loading trains nothing: the family's optimiser is not built;
+    ``tagging``: nor a token loss of a module not allowed (``trust.for_tagging``)."""
     model = {**config["model"], **encoder_keys}
     check_buildable(model, TransformerEncoder, "model", where, trust)
     loss = {**config["loss"], "optimizer": None}
+    if tagging:
+        loss, _ = for_tagging(loss, trust)
     check_buildable(loss, NERModule, "loss", where, trust)
     return build_family(OmegaConf.create(loss), instantiate(OmegaConf.create(model)), heads)
 
@@ -205,13 +210,21 @@ def load(
         heads,
         str(folder / "config.yaml"),
         trust,
+        tagging=True,
         name_or_path=str(folder / meta.get("encoder_dir", "encoder")),
         tokenizer=None,
         random_init=None,
     )
     weights = read_tensors(folder / "heads.pt")
     missing, unexpected = module.load_state_dict(weights, strict=False)
-    wrong = [k for k in missing if not k.startswith("encoder.")] + list(unexpected)
+    _, replaced = for_tagging({**config["loss"]}, trust)
+    if replaced:  # said, not hidden: the export's own token loss is not what tags
+        meta = {**meta, "token_loss_not_built": (config["loss"].get("token_loss") or {}).get("_target_")}
+    wrong = [k for k in missing if not k.startswith("encoder.")] + [
+        k
+        for k in unexpected
+        if not (replaced and "token_loss." in k)  # a training-only loss's buffers
+    ]
     if wrong:
         raise ValueError(f"{folder / 'heads.pt'} does not fit {meta['family']}: {', '.join(wrong[:6])}")
     module.evaluate_in(precision or meta["precision"])

@@ -89,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
 
         quiet()
         model = load(args.model, args.device, args.precision, trust_of(args))
+        if model.meta.get("token_loss_not_built"):
+            print(
+                f"note: its token loss ({model.meta['token_loss_not_built']}) is not built: it only trains, "
+                "and tagging reads the heads' scores",
+                file=sys.stderr,
+            )
     except (CorpusFormatError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

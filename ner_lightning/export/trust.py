@@ -85,7 +85,14 @@ def check_buildable(node: dict, builds: type, key: str, where: str, trust: Trust
         try:
             cls = get_object(target)
         except Exception as err:  # Hydra wraps a failed import or a missing name in ImportError
-            raise _refuse(where, f"{path}._target_", f"{target!r} names nothing importable ({err})") from None
+            allowed = target.split(".")[0] in trust.modules
+            raise _refuse(
+                where,
+                f"{path}._target_",
+                f"{target!r} names nothing importable ({str(err).splitlines()[0]})"
+                + (f"; {target.split('.')[0]} is allowed: put its folder on PYTHONPATH" if allowed else ""),
+                trust_hint=not allowed,
+            ) from None
         base = builds if path == key else nn.Module
         if not (isinstance(cls, type) and trust.allows(cls.__module__) and issubclass(cls, base)):
             raise _refuse(
@@ -93,6 +100,35 @@ def check_buildable(node: dict, builds: type, key: str, where: str, trust: Trust
                 f"{path}._target_",
                 f"{target!r} is not a {base.__module__}.{base.__qualname__} class defined there",
             )
+
+
+def for_tagging(loss: dict, trust: Trust) -> tuple[dict, bool]:
+    """The family's node (``loss``) with each ``token_loss`` that names a class ``trust`` does not
+    allow replaced by the package's cross-entropy: a token loss only trains (decoding reads the
+    heads' scores), so tagging with an export needs none of a user's training code. Also says
+    whether one was replaced (its buffers in the weights file are then not the model's)."""
+    if trust.everything:
+        return loss, False
+    replaced = False
+
+    def visit(node):
+        nonlocal replaced
+        if isinstance(node, list):
+            return [visit(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for name, value in node.items():
+            targets = [v for k, v in _walk(value, "") if k.rsplit(".", 1)[-1] == "_target_"] + (
+                [value["_target_"]] if isinstance(value, dict) and "_target_" in value else []
+            )
+            if name == "token_loss" and any(not isinstance(t, str) or not trust.allows(t) for t in targets):
+                out[name], replaced = {"_target_": f"{PACKAGE}.losses.CrossEntropy"}, True
+            else:
+                out[name] = visit(value)
+        return out
+
+    return visit(loss), replaced
 
 
 def add_trust_options(ap: argparse.ArgumentParser) -> None:

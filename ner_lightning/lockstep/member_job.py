@@ -13,7 +13,7 @@ from ner_lightning.cell.steps import FitEnd, finish_cell, fit_and_finish, setup_
 from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep.members import Member
 from ner_lightning.settings import run_settings
-from ner_lightning.sweep import cells
+from ner_lightning.sweep import folder_lock
 from ner_lightning.sweep.signals import interrupts_raised
 
 
@@ -23,7 +23,7 @@ def open_member(cfg: DictConfig) -> Member:
     set-up's seconds carried to its ``results.json``."""
     out_dir, progress, t0 = open_job(cfg)
     hold = contextlib.ExitStack()
-    hold.enter_context(cells.exclusive(out_dir, "cell"))
+    hold.enter_context(folder_lock.exclusive(out_dir, "cell"))
     try:
         with recorded_failure(out_dir, progress, t0):
             cell, resume = begin_cell(cfg, out_dir, progress)

@@ -44,7 +44,7 @@ def check_result(run) -> None:
     """Raise :class:`BadResult` naming the first key whose value a cell could not have written."""
     if not isinstance(run, dict):
         raise BadResult(f"the file holds {_shown(run)}, not a results.json object")
-    if run.get("status") != "ok":
+    if run.get("status", "ok") != "ok":
         raise BadResult(f"status is {_shown(run.get('status'))}, not 'ok' (a finished cell's)")
     if not isinstance(run.get("config"), dict):
         raise BadResult(f"config is {_shown(run.get('config'))}, not the cell's resolved config")

@@ -39,7 +39,7 @@ from pathlib import Path
 from ner_lightning import run_store
 from ner_lightning.results import time_spent, write_json_atomic
 from ner_lightning.resuming import SWEEP_DIR, sweep_resume_command, with_folder
-from ner_lightning.sweep import cells
+from ner_lightning.sweep import cells, folder_lock
 from ner_lightning.sweep.identity import accelerator_restored, user_code_changed
 
 STATES = ("done", "failed", "interrupted", "running", "missing")
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['state']}: {r['dir']}: {r['failure'].get('error', '').splitlines()[0][:200]}")
         elif r.get("note"):
             print(f"  {r['state']}: {r.get('dir', '?')}: {r['note']}")
-    running = cells.holder(args.sweep_dir)
+    running = folder_lock.holder(args.sweep_dir)
     if running:
         print(f"  the sweep is running ({running})")
     elif counts.get("done", 0) < len(rows):

@@ -15,10 +15,10 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ner_lightning.config import complete_config
-from ner_lightning.preflight import Refused, check_cell
 from ner_lightning.settings import as_dict
 from ner_lightning.sweep import cells
 from ner_lightning.sweep.identity import identity_of, why_different
+from ner_lightning.sweep.preflight import Refused, check_cell
 
 
 def expand_grid(overrides: list[Override]) -> list[list[str]]:
@@ -39,9 +39,11 @@ def expand_grid(overrides: list[Override]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*axes.values())]
 
 
-def preflight_cell(hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str]) -> None:
+def preflight_cell(
+    hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str], grid: list[list[str]]
+) -> None:
     """Cell ``k`` composed and checked by ``preflight.check_cell`` (nothing resolved that measures);
-    a refusal names the cell."""
+    a refusal names the cell by the overrides that tell it from the ``grid``'s other cells."""
     sweep_config = hydra_context.config_loader.load_sweep_config(
         master_config=master_config, sweep_overrides=list(overrides)
     )
@@ -51,7 +53,8 @@ def preflight_cell(hydra_context: HydraContext, master_config: DictConfig, k: in
         job = OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
         check_cell(job)
     except Refused as err:
-        raise Refused(f"cell {k} ({' '.join(overrides) or 'defaults'}): {err}") from err
+        own = [o for o in overrides if sum(o in job for job in grid) < len(grid)]
+        raise Refused(f"cell {k}" + (f" ({' '.join(own)})" if own else "") + f": {err}") from err
     finally:
         HydraConfig.instance().cfg = saved
 

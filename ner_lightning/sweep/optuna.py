@@ -5,8 +5,9 @@ Optuna sweeper whose trials are cells of the sweep's manifest, as a grid's are.
   folder and identity), so ``python -m ner_lightning.sweep status`` follows the search and every
   trial keeps its folder; after it, its error if it failed.
 * A trial whose folder already holds a finished result of the same identity is not trained
-  again: the sweeper hands Optuna the recorded value. Rerunning the same command therefore
-  resumes an interrupted search — the seeded sampler proposes the same trials, the finished ones
+  again: the sweeper hands Optuna the recorded value. Resuming (``python -m ner_lightning.sweep
+  resume <folder>``: the same command in the same folder) therefore continues an interrupted
+  search — the seeded sampler proposes the same trials, the finished ones
   return at once — and with ``hydra.sweeper.storage`` (an Optuna database) a study grows.
 * One launch per sweep folder; Ctrl-C / SIGTERM stop it with exit code 130 / 143.
 """
@@ -25,7 +26,7 @@ from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper as H
 from omegaconf import DictConfig
 
 from ner_lightning.results import write_json_atomic
-from ner_lightning.sweep import cells
+from ner_lightning.sweep import cells, folder_lock
 from ner_lightning.sweep.grid_cells import describe_cell
 from ner_lightning.sweep.sweeper import error_of
 
@@ -109,4 +110,4 @@ class OptunaSweeper(HydraOptunaSweeper):
 
     def sweep(self, arguments: list[str]) -> None:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        return cells.run_exclusively(self.sweep_dir, lambda: super(OptunaSweeper, self).sweep(arguments))
+        return folder_lock.run_exclusively(self.sweep_dir, lambda: super(OptunaSweeper, self).sweep(arguments))

@@ -36,19 +36,19 @@ from omegaconf.errors import OmegaConfBaseException
 from ner_lightning.config import label_scheme_needed
 from ner_lightning.precision.choice import decided as decided_precisions
 from ner_lightning.precision.choice import pin as pin_precision
-from ner_lightning.preflight import Refused, add_user_paths
 from ner_lightning.results import write_json_atomic
 from ner_lightning.resuming import sweep_resume_command
-from ner_lightning.sweep import cells
+from ner_lightning.sweep import cells, folder_lock
 from ner_lightning.sweep.composing import ComposedOnce
 from ner_lightning.sweep.grid_cells import describe_cell, expand_grid, preflight_cell
+from ner_lightning.sweep.preflight import Refused, add_user_paths
 
 log = logging.getLogger("ner_lightning")
 
 
-def _one_line(err: BaseException) -> str:
-    """An error's message without Hydra's and OmegaConf's context lines (full_key, object_type ...)."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
+def _one_line(err: BaseException | str) -> str:
+    """An error's message on one line, without Hydra's and OmegaConf's context lines (full_key, object_type ...)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     kept = [line for line in lines if not line.strip().startswith(("full_key:", "object_type=", "reference_type="))]
     return " ".join(kept or lines or [type(err).__name__])
 
@@ -57,7 +57,7 @@ def _remove_unused(sweep_dir: Path) -> None:
     """A refused grid's new folder (its manifest, multirun.yaml and lock only), and the date folder
     above it when that is empty."""
     if not sweep_dir.is_dir() or any(
-        p.name not in (cells.MANIFEST, "multirun.yaml", cells.LOCK) for p in sweep_dir.iterdir()
+        p.name not in (cells.MANIFEST, "multirun.yaml", folder_lock.LOCK) for p in sweep_dir.iterdir()
     ):
         return
     shutil.rmtree(sweep_dir, ignore_errors=True)
@@ -143,17 +143,17 @@ class GridSweeper(Sweeper):
         add_user_paths(self.config.hydra.runtime.config_sources)
         fresh = not (sweep_dir / cells.MANIFEST).exists()
         try:
-            returns, failed = cells.run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
-        except (cells.FolderInUse, Refused, HydraException, OmegaConfBaseException) as err:
+            returns, failed = folder_lock.run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
+        except (folder_lock.FolderInUse, Refused, HydraException, OmegaConfBaseException) as err:
             # the grid refused before any cell ran: one line (HYDRA_FULL_ERROR=1: the traceback)
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
-            if fresh and not isinstance(err, cells.FolderInUse):
+            if fresh and not isinstance(err, folder_lock.FolderInUse):
                 _remove_unused(sweep_dir)
             raise SystemExit(f"ner-lightning: sweep refused: {_one_line(err)}") from None
         if failed:  # each named once, its traceback in its failure.json and train.log, not again here
             for c in failed[:10]:
-                log.error("sweep: cell %s failed: %s", c["dir"], c["last_error"].splitlines()[0][:300])
+                log.error("sweep: cell %s failed: %s", c["dir"], _one_line(c["last_error"])[:300])
             if len(failed) > 10:
                 log.error(
                     "sweep: ... and %d more (python -m ner_lightning.sweep status %s)", len(failed) - 10, sweep_dir
@@ -195,7 +195,7 @@ class GridSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         expanded = self._expand(arguments)
         for k, o in enumerate(expanded):  # what needs no measurement first: a mistake is refused in seconds
-            preflight_cell(self.hydra_context, self.config, k, o)
+            preflight_cell(self.hydra_context, self.config, k, o, expanded)
         old = cells.read_manifest(sweep_dir)
         jobs = _with_earlier_cells(sweep_dir, old, expanded, self._on_common_labels(expanded))
         # Cell numbers first (the subdir resolver reads them), then folders and hashes.

@@ -188,6 +188,9 @@ class WorkerPool:
                         workers.remove(w)
                         if pending and exit_code is None:
                             workers.append(self._start())
+                            log.info(
+                                "worker pid %d takes the place of worker pid %d", workers[-1].process.pid, w.process.pid
+                            )
         except KeyboardInterrupt:  # the workers got the same Ctrl-C: their cells record it
             exit_code = 130
         finally:
@@ -212,8 +215,9 @@ class WorkerPool:
         code = w.process.exitcode
         why = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
         log.error(
-            "the worker running task #%d died (%s): its cells failed, the others go on; rerun the sweep to "
-            "run them again",
+            "the worker (pid %d) running task #%d died (%s): its cells failed, the others go on; the sweep's "
+            "end says how to resume them",
+            w.process.pid,
             w.job,
             why,
         )
