@@ -4,6 +4,7 @@ verdicts when they were judged on other metrics than the registered ones, and th
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 
@@ -118,28 +119,51 @@ def _interval(pair) -> str:
     return f"[{pair[0]:+.4f}, {pair[1]:+.4f}]" if pair else "—"
 
 
+def _p(p: float, se: float) -> str:
+    return f"{p:.3g}" + (f" ± {se:.1g}" if se else "")
+
+
 def _estimates(cid: str, d: dict) -> str:
     naive, adj = d["naive"], d["adjusted"]
-    staged = (
-        f"{adj['estimate']:+.4f} {_interval(adj['interval'])} | {adj['p']:.3g} / {adj['p_reverse']:.3g}"
-        if adj
-        else "— (a two-sided claim, a fixed design or no spread) | —"
-    )
+    if adj:
+        cover = ("" if adj.get("coverage_exact") else "≈ ") + f"{100 * adj['coverage']:g} %"
+        scale = f"(Δ − {adj['bound']:g})/σ" if adj["bound"] else "Δ/σ"
+        staged = (
+            f"{_interval(adj['repeated_interval'])} ({cover}) | {scale} {adj['theta']:+.3f} "
+            f"{_interval3(adj['theta_interval'])} | Δ ≤ {adj['bound']:g}: {_p(adj['p'], adj['p_se'])} / "
+            f"{_p(adj['p_reverse'], adj['p_se'])} ({adj['method']}) vs α per direction {d['alpha_d']:g}"
+        )
+    else:
+        staged = "— (a two-sided claim, a fixed design or no spread) | — | —"
     w = d["wilcoxon"]
     reach = f"1/2^{d['n']} = {w['min_p']:.3g}" + (
-        "" if w["can_reach"] else f" > level {w['level']:.3g}: cannot reach the level"
+        "" if w["can_reach"] else f" > the look's level {w['level']:.3g}: could not have decided it"
     )
     inf = d["influence"]
     moved = (
-        f"{inf['partition']} (Δ {inf['delta']:+.4f}; mean without {inf['mean_without']:+.4f}, "
-        f"SD {inf['sd_without']:.4f})"
+        f"{inf['partition']} (Δ {inf['delta']:+.4f}); without it mean {inf['mean_without']:+.4f}, "
+        f"SD {inf['sd_without']:.4f}, t {inf['t_without']:+.2f}, p {inf['p_without']:.3g} / reverse "
+        f"{inf['p_reverse_without']:.3g}"
         if inf
         else "—"
     )
     return (
-        f"| {cid} | {d['look']} ({d['n']}) | {naive['mean']:+.4f} {_interval(naive['interval'])} | {staged} | "
+        f"| {cid} | {d['look']} ({d['n']}) | {d['p']:.3g} / {d['p_reverse']:.3g} vs level {d['level']:.3g} | "
+        f"{naive['mean']:+.4f} {_interval(naive['interval'])} | {staged} | "
         f"{reach} | {moved} | {_interval(inf.get('loo_range'))} | {', '.join(d['resumed']) or '—'} |"
     )
+
+
+def _interval3(pair) -> str:
+    return f"[{pair[0]:+.3f}, {pair[1]:+.3f}]"
+
+
+def _spans(method: str, sums: dict) -> str:
+    only, right = sums.get("lenient_only"), sums.get("lenient_only_correct")
+    text = f"{method} {sums['strict']:,} / {sums['lenient']:,} ({100 * sums['share']:.1f} %"
+    if only is not None and right is not None and not math.isnan(right):
+        text += f"; {only:,} lenient-only, {100 * right:.1f} % of them correct"
+    return text + ")"
 
 
 def diagnostics(diag: dict) -> str:
@@ -147,31 +171,34 @@ def diagnostics(diag: dict) -> str:
     test's reach, influence, resumed cells, and the scorer's view of each method's spans."""
     lines = [
         "Post hoc, beside the registered rule (no verdict depends on it; "
-        "`ner_lightning/report/study_diagnostics.py`). The stage-wise estimate and interval are exact for "
-        "Δ/σ and shown × the stopping look's SD; at 5 partitions that interval is wider than the naive "
-        "t-interval, which ignores that the look was chosen by the data:",
+        "`ner_lightning/report/study_diagnostics.py`). Each claim's registered p is read against its "
+        "look's level. After the stop: the repeated confidence interval of the stopping look on the Δ "
+        "scale, which holds Δ with at least the coverage shown (1 − 2α per direction, the claim's "
+        "registered α) whatever made the study stop; the stage-wise median-unbiased estimate of "
+        "(Δ − b)/σ (b the claim's margin, else 0) with its interval at the same coverage, exact on that "
+        "scale; and the stage-wise p of Δ ≤ b and of the reverse (exact at the first look, else "
+        "simulated ± its Monte-Carlo SE), which rejects exactly when it is at most the direction's α. "
+        "The naive t-interval ignores that the data chose the look:",
         "",
-        "| claim | stopped at look (n) | naive mean Δ [95 % t-interval] | stage-wise median-unbiased Δ "
-        "[95 % interval] | stage-wise p / reverse | Wilcoxon's smallest one-sided p at n (descriptive, "
-        "not a sequential test) | partition whose removal moves the mean most | leave-one-out means | "
-        "resumed cells |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| claim | stopped at look (n) | registered p / reverse vs the look's level | naive mean Δ "
+        "[95 % t-interval] | repeated CI on Δ (coverage) | stage-wise median-unbiased estimate "
+        "[interval] | stage-wise p / reverse | Wilcoxon's smallest one-sided p at n (descriptive) | "
+        "partition whose removal moves the mean most | leave-one-out means | resumed cells |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *(_estimates(cid, d) for cid, d in diag.items()),
         "",
         "Predicted test spans that only the lenient scorer counts (they start with I- or change type "
-        "inside a span; strict IOB2 drops them), summed over each claim's judged cells. Lenient F1 "
-        "counts them as spans, strict F1 does not: a method with a larger share scores relatively "
-        "better under the lenient scorer whenever such spans match gold ones, and worse when they "
-        "are spurious.",
+        "inside a span; strict IOB2 drops them), summed over each claim's judged cells, and how many "
+        "of them are correct (lenient − strict correct spans). Lenient F1 counts them, strict F1 does "
+        "not: where few of them are correct the lenient scorer adds mostly false positives to that "
+        "method.",
         "",
-        "| claim | predicted spans strict / lenient, and the share only the lenient scorer counts, per method |",
+        "| claim | predicted spans strict / lenient (share only the lenient scorer counts; how many of "
+        "those are correct), per method |",
         "|---|---|",
     ]
     for cid, d in diag.items():
-        shares = "; ".join(
-            f"{method} {sums['strict']:,} / {sums['lenient']:,} ({100 * sums['share']:.1f} %)"
-            for method, sums in d["scorer"].items()
-        )
+        shares = "; ".join(_spans(method, sums) for method, sums in d["scorer"].items())
         lines.append(f"| {cid} | {shares or '—'} |")
     return "\n".join(lines)
 
