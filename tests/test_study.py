@@ -46,7 +46,7 @@ def test_the_sequential_t_test_keeps_its_type_one_error_and_naive_peeking_does_n
 
 
 TOY = ["dataset.name=toy", "dataset.dir=${paths.data_dir}/toy", "size=8", "debug=tiny", "data.dev_size=null",
-       "trainer=cpu", "trainer.max_epochs=1", "trainer.min_epochs=1"]
+       "trainer=cpu", "trainer.max_epochs=1", "trainer.min_epochs=1", "logger=csv"]
 
 
 def _claims_file(tmp_path, stages):

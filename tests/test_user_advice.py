@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from tests.conftest import TOY_SENTENCES, compose_config, write_conll2003
 from tests.test_sweep import ONE_THREAD_PER_WORKER, TOY, run_cli
 
-TINY_CSV = [*TOY, "logger=csv"]
+TINY_CSV = TOY  # CSV logger: the W&B runs of debug=tiny are tested where they are read
 
 
 def _env(data_dir, **extra):
@@ -129,6 +129,7 @@ def test_a_failed_cell_is_named_once_with_the_command_that_resumes_and_no_traceb
     assert f"resume with: python -m ner_lightning.sweep resume {(tmp_path / 's').resolve()}" in out
     failure = json.loads(next((tmp_path / "s").glob("1_*/failure.json")).read_text())
     assert "Traceback" in failure["traceback"]  # kept where it belongs
+    assert json.loads(next((tmp_path / "s").glob("0_*/results.json")).read_text())["status"] == "ok"  # the other ran
 
 
 # --- refusals -------------------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def status_of(cell_dir: Path) -> dict:
     if unreadable(cell_dir / RESULTS):
         return {
             "state": "failed",
-            "failure": {"error": f"{cell_dir / RESULTS} is corrupt: rerun the sweep"},
+            "failure": {"error": f"{cell_dir / RESULTS} is corrupt: sweep resume reruns it"},
             "record": record,
         }
     if fail is not None:
