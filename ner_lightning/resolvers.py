@@ -3,7 +3,7 @@
 (a cell's number in its sweep manifest), ``${parallel_jobs:}``, ``${cells_per_gpu:}``,
 ``${best_precision:accelerator,model,stage}``, ``${fused_adamw:precision}``,
 ``${eval_batch_tokens:accelerator}``, ``${at_most:value,limit}``, ``${folder_name:text}``,
-``${cell_run_id:folder}``, ``${sweep_name:experiment,sweep_dir}``, ``${as_tags:overrides}``.
+``${cell_run_id:folder}``, ``${sweep_name:experiment,sweep_dir}``.
 
 Each resolver hands over to the module that owns the answer (hardware, precision, sweep), so
 this module stands above them and no module of the package imports it: the package registers
@@ -47,7 +47,6 @@ def register_resolvers() -> None:
         "folder_name": _folder_name,
         "cell_run_id": _cell_run_id,
         "sweep_name": _sweep_name,
-        "as_tags": _as_tags,
     }
     for name, resolver in resolvers.items():
         if not OmegaConf.has_resolver(name):
@@ -95,14 +94,6 @@ def _sweep_name(experiment: str | None, sweep_dir: str) -> str:
     else:
         name = folder.name
     return f"{experiment} {name}" if experiment else name
-
-
-def _as_tags(overrides) -> list[str]:
-    """``${as_tags:${hydra:overrides.task}}``: the command-line overrides as a list of this run's
-    own, not Hydra's read-only node — an override that holds an interpolation
-    (``dataset.dir=${paths.data_dir}/x``) resolves in the copy (to its value) instead of failing."""
-    raw = OmegaConf.to_container(overrides, resolve=False) if OmegaConf.is_config(overrides) else overrides
-    return [str(o) for o in raw or []]
 
 
 def _cell_run_id(output_dir: str) -> str:

@@ -88,7 +88,7 @@ def test_the_process_clock_starts_when_the_process_did():
 def test_a_cells_results_account_for_its_whole_process(tmp_path, toy_data_dir):
     env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", HYDRA_FULL_ERROR="1")
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ner_lightning.run", f"hydra.run.dir={tmp_path / 'cell'}", "debug=tiny",
+    subprocess.run([sys.executable, "-m", "ner_lightning.run", f"hydra.run.dir={tmp_path / 'cell'}", "debug=tiny", "logger=csv",
                     "dataset.name=toy", "dataset.dir=${paths.data_dir}/toy", "size=8", "data.dev_size=null",
                     "trainer=cpu", "trainer.max_epochs=2", "trainer.min_epochs=2"],
                    cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)

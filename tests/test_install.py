@@ -15,7 +15,7 @@ from ner_lightning.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
-TINY = ["debug=tiny", "size=8", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1", "trainer.min_epochs=1",
+TINY = ["debug=tiny", "logger=csv", "size=8", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1", "trainer.min_epochs=1",
         "trainer.enable_progress_bar=false"]
 
 

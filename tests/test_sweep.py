@@ -336,7 +336,7 @@ def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):
     sweep = tmp_path / "s"
     sweep.mkdir()
     # cell 0's folder is "0_" + its sorted overrides ("/" written %2F)
-    (sweep / (r"0_data.dev_size=null,dataset.dir=$\{paths.data_dir\}%2Ftoy,dataset.name=toy,loss=ce,"
+    (sweep / (r"0_data.dev_size=null,dataset.dir=$\{paths.data_dir\}%2Ftoy,dataset.name=toy,logger=csv,loss=ce,"
               "size=8,trainer.max_epochs=2,trainer.min_epochs=2,trainer=cpu")).write_text("not a folder")
     proc = run_cli(["-m", "loss=ce,crf", f"hydra.sweep.dir={sweep}", *TOY], tmp_path, toy_data_dir)
     out = proc.stdout + proc.stderr
