@@ -64,7 +64,7 @@ def main(cfg: DictConfig) -> float | None:
 
 def refused_at_once(cfg: DictConfig, out_dir: Path) -> None:
     """A single run whose input is wrong (``preflight``) or whose folder another process holds
-    stops in one line (exit 2), before anything slow, and leaves no folder behind that it made."""
+    stops in one line (exit 1), before anything slow, and leaves no folder behind that it made."""
     fresh = not (out_dir / cells.CELL).exists()
     try:
         with folder_lock.exclusive(out_dir, "cell"):
