@@ -215,14 +215,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.dest}: {n} of {total} cells exported (results.json), with {cells.MANIFEST} and multirun.yaml")
         return 0
 
-    status = sweep_status(args.sweep_dir)
+    return print_status(args.sweep_dir, args.cells)
+
+
+def print_status(sweep_dir: Path, each_cell: bool = False) -> int:
+    """``status``: the counts, ETA, where the time went, problems, and whether the sweep runs or
+    how to resume it; the exit code of :func:`sweep_exit_code`."""
+    status = sweep_status(sweep_dir)
     rows, counts = status["rows"], status["counts"]
-    if args.cells:
+    if each_cell:
         for r in rows:
             print(_cell_line(r))
     last = status["manifest"]["invocations"][-1] if status["manifest"].get("invocations") else {}
     print(
-        f"{args.sweep_dir}: {len(rows)} cells — "
+        f"{sweep_dir}: {len(rows)} cells — "
         + ", ".join(f"{counts.get(s, 0)} {s}" for s in STATES)
         + (f" | last started {last.get('started')}" if last else "")
         + _eta(rows)
@@ -234,14 +240,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  running: {placement(rows)}")
     for r in rows:
         if r["state"] in ("failed", "interrupted") and r.get("failure"):
-            print(f"  {r['state']}: {r['dir']}: {r['failure'].get('error', '').splitlines()[0][:200]}")
+            error = (r["failure"].get("error") or "").partition("\n")[0]
+            print(f"  {r['state']}: {r['dir']}: {error[:200]}")
         elif r.get("note"):
             print(f"  {r['state']}: {r.get('dir', '?')}: {r['note']}")
-    running = folder_lock.holder(args.sweep_dir)
+    running = folder_lock.holder(sweep_dir)
     if running:
         print(f"  the sweep is running ({running})")
     elif counts.get("done", 0) < len(rows):
-        print(f"  the sweep is not running; resume with: {sweep_resume_command(args.sweep_dir)}")
+        print(f"  the sweep is not running; resume with: {sweep_resume_command(sweep_dir)}")
     return sweep_exit_code(rows, last.get("started"), running is not None)
 
 
