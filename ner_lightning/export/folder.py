@@ -141,18 +141,13 @@ def read_tensors(path: str | Path) -> dict:
         raise ValueError(f"{path}: not plain tensors, refused unread ({str(err).splitlines()[0]})") from err
 
 
-def build_module(
-    config: dict, heads: dict[str, LabelSet], where: str, trust: Trust, tagging: bool = False, **encoder_keys
-) -> NERModule:
+def build_module(config: dict, heads: dict[str, LabelSet], where: str, trust: Trust, **encoder_keys) -> NERModule:
     """The encoder (``config["model"]``, ``encoder_keys`` replacing its keys) and the objective
     family (``config["loss"]``) of a cell's config read from ``where``, each checked by
-    :func:`check_buildable` first. Loading trains nothing: the family's optimiser is not built;
-    ``tagging``: nor a token loss of a module not allowed (``trust.for_tagging``)."""
+    :func:`check_buildable` first. Loading trains nothing: the family's optimiser is not built."""
     model = {**config["model"], **encoder_keys}
     check_buildable(model, TransformerEncoder, "model", where, trust)
     loss = {**config["loss"], "optimizer": None}
-    if tagging:
-        loss, _ = for_tagging(loss, trust)
     check_buildable(loss, NERModule, "loss", where, trust)
     return build_family(OmegaConf.create(loss), instantiate(OmegaConf.create(model)), heads)
 
@@ -205,19 +200,18 @@ def load(
     if not isinstance(config, dict):
         raise ValueError(f"{folder / 'config.yaml'}: not a mapping of settings — not an export of ner_lightning")
     heads = {name: LabelSet(types) for name, types in meta["entity_types"].items()}
+    tagging_loss, replaced = for_tagging(config["loss"], trust)  # tagging needs no training-only loss
     module = build_module(
-        config,
+        {**config, "loss": tagging_loss},
         heads,
         str(folder / "config.yaml"),
         trust,
-        tagging=True,
         name_or_path=str(folder / meta.get("encoder_dir", "encoder")),
         tokenizer=None,
         random_init=None,
     )
     weights = read_tensors(folder / "heads.pt")
     missing, unexpected = module.load_state_dict(weights, strict=False)
-    _, replaced = for_tagging({**config["loss"]}, trust)
     if replaced:  # said, not hidden: the export's own token loss is not what tags
         meta = {**meta, "token_loss_not_built": (config["loss"].get("token_loss") or {}).get("_target_")}
     wrong = [k for k in missing if not k.startswith("encoder.")] + [

@@ -82,12 +82,13 @@ def _local_folder(value) -> Path | None:
     return Path(value) if isinstance(value, str) and Path(value).is_dir() else None
 
 
-def _targets(node) -> list[str]:
+def targets(node, key: str = "") -> list[tuple[str, str]]:
+    """(the key of the node that holds it, ``_target_``) of every ``_target_`` string below ``node``."""
     if isinstance(node, dict):
-        own = [node["_target_"]] if isinstance(node.get("_target_"), str) else []
-        return own + [t for value in node.values() for t in _targets(value)]
+        own = [(key, node["_target_"])] if isinstance(node.get("_target_"), str) else []
+        return own + [t for k, v in node.items() for t in targets(v, f"{key}.{k}" if key else str(k))]
     if isinstance(node, list):
-        return [t for value in node for t in _targets(value)]
+        return [t for i, v in enumerate(node) for t in targets(v, f"{key}[{i}]")]
     return []
 
 
@@ -125,7 +126,7 @@ def user_modules(resolved: dict) -> dict[str, Path]:
     """The modules of the user's own that the config instantiates from: a ``_target_``'s module
     outside this package and outside the interpreter's installed packages and standard library."""
     found = {}
-    for target in _targets(resolved):
+    for _, target in targets(resolved):
         located = None if target.split(".")[0] == "ner_lightning" else module_file(target)
         if located is not None and not installed(located[1]):
             found[located[0]] = located[1]

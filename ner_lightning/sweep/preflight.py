@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ner_lightning.config import check_values
-from ner_lightning.sweep.identity import installed, module_file
+from ner_lightning.sweep.identity import installed, module_file, targets
 
 
 class Refused(ValueError):
@@ -41,15 +41,6 @@ def add_user_paths(config_sources) -> list[str]:
     return added
 
 
-def _targets(node, key: str = "") -> list[tuple[str, str]]:
-    if isinstance(node, dict):
-        own = [(key, node["_target_"])] if isinstance(node.get("_target_"), str) else []
-        return own + [t for k, v in node.items() for t in _targets(v, f"{key}.{k}" if key else str(k))]
-    if isinstance(node, list):
-        return [t for i, v in enumerate(node) for t in _targets(v, f"{key}[{i}]")]
-    return []
-
-
 _checked: set[str] = set()  # targets and data settings this process found good (a sweep checks many cells)
 
 
@@ -57,7 +48,7 @@ def check_targets(cfg: DictConfig) -> None:
     """Each literal ``_target_``'s module is found on the path (nothing of the package or of the
     installed libraries is imported); a module of the user's own is imported and must hold the name."""
     raw = OmegaConf.to_container(cfg, resolve=False)
-    for key, target in _targets(raw):
+    for key, target in targets(raw):
         if "${" in target or target.split(".")[0] == "ner_lightning" or f"target:{target}" in _checked:
             continue  # the package's own targets are checked by its tests
         _check_target(key, target)
