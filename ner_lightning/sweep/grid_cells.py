@@ -5,7 +5,9 @@ result in its folder is of another cell (:func:`describe_cell`)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -39,24 +41,35 @@ def expand_grid(overrides: list[Override]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*axes.values())]
 
 
-def preflight_cell(
-    hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str], grid: list[list[str]]
-) -> None:
-    """Cell ``k`` composed and checked by ``preflight.check_cell`` (nothing resolved that measures);
-    a refusal names the cell by the overrides that tell it from the ``grid``'s other cells."""
+@contextlib.contextmanager
+def composed(hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str]) -> Iterator:
+    """Cell ``k`` composed as its launcher will, Hydra's runtime set to it while the block runs
+    (``${hydra:…}`` resolves): its whole config and its job config (without ``hydra``)."""
     sweep_config = hydra_context.config_loader.load_sweep_config(
         master_config=master_config, sweep_overrides=list(overrides)
     )
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.num = k
+        sweep_config.hydra.job.id = k
     saved = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(sweep_config)
     try:
-        job = OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
-        check_cell(job)
-    except Refused as err:
-        own = [o for o in overrides if sum(o in job for job in grid) < len(grid)]
-        raise Refused(f"cell {k}" + (f" ({' '.join(own)})" if own else "") + f": {err}") from err
+        yield sweep_config, OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
     finally:
         HydraConfig.instance().cfg = saved
+
+
+def preflight_cell(
+    hydra_context: HydraContext, master_config: DictConfig, k: int, overrides: list[str], grid: list[list[str]]
+) -> None:
+    """Cell ``k`` checked by ``preflight.check_cell`` (nothing resolved that measures); a refusal
+    names the cell by the overrides that tell it from the ``grid``'s other cells."""
+    with composed(hydra_context, master_config, k, overrides) as (_, job):
+        try:
+            check_cell(job)
+        except Refused as err:
+            own = [o for o in overrides if sum(o in other for other in grid) < len(grid)]
+            raise Refused(f"cell {k}" + (f" ({' '.join(own)})" if own else "") + f": {err}") from err
 
 
 def describe_cell(
@@ -65,20 +78,10 @@ def describe_cell(
     """Compose cell ``k`` as its launcher will — its folder and identity (resolved settings and
     input files, ``sweep.identity``), which also validates it — and, when its folder holds the
     result of another cell, why it will rerun."""
-    loader = hydra_context.config_loader
-    sweep_config = loader.load_sweep_config(master_config=master_config, sweep_overrides=list(overrides))
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.num = k
-        sweep_config.hydra.job.id = k
-    saved = HydraConfig.instance().cfg
-    HydraConfig.instance().set_config(sweep_config)
-    try:
+    with composed(hydra_context, master_config, k, overrides) as (sweep_config, job):
         subdir = str(OmegaConf.select(sweep_config, "hydra.sweep.subdir"))
-        job = OmegaConf.masked_copy(sweep_config, [str(key) for key in sweep_config if key != "hydra"])
         resolved = as_dict(complete_config(job), resolve=True)
         ident = identity_of(resolved)
-    finally:
-        HydraConfig.instance().cfg = saved
     precision = {
         "train": (resolved.get("trainer") or {}).get("precision"),
         "eval": ((resolved.get("callbacks") or {}).get("eval_precision") or {}).get("precision"),

@@ -144,7 +144,7 @@ class GridSweeper(Sweeper):
         fresh = not (sweep_dir / cells.MANIFEST).exists()
         try:
             returns, failed = folder_lock.run_exclusively(sweep_dir, lambda: self._sweep(sweep_dir, arguments))
-        except (folder_lock.FolderInUse, Refused, HydraException, OmegaConfBaseException) as err:
+        except (folder_lock.FolderInUse, Refused) as err:
             # the grid refused before any cell ran: one line (HYDRA_FULL_ERROR=1: the traceback)
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
@@ -163,7 +163,12 @@ class GridSweeper(Sweeper):
         return returns
 
     def _sweep(self, sweep_dir: Path, arguments: list[str]) -> tuple[list[Sequence[JobReturn]], list[dict]]:
-        manifest = self._planned(sweep_dir, arguments)
+        try:
+            manifest = self._planned(sweep_dir, arguments)
+        except (HydraException, OmegaConfBaseException) as err:  # a cell that does not compose
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            raise Refused(_one_line(err)) from err
         done = [
             c
             for c in manifest["cells"]
