@@ -137,7 +137,7 @@ def test_preflight_names_the_key_or_path_and_the_fix(toy_cfg, toy_data_dir, tmp_
     from ner_lightning.sweep.preflight import Refused, check_cell
 
     check_cell(toy_cfg())
-    with pytest.raises(Refused, match=r"^size=500 is larger than toy/train, which has 24 sentences: choose size<=24"):
+    with pytest.raises(Refused, match=r"^size=500 is larger than toy/train, which has 24 sentences; choose size<=24"):
         check_cell(toy_cfg("size=500"))
     with pytest.raises(Refused, match=r"^data.dev_size=50 is larger than toy/dev, which has 4 sentences"):
         check_cell(toy_cfg("data.dev_size=50"))

@@ -44,21 +44,32 @@ def sample_partition(
     config key in messages.
     """
     check_partition(partition)
-    size = eval_sample_size(size, len(sentences), at_most)
-    if size is None or size == "full":
+    size = drawn_size(size, len(sentences), dataset, split, key, at_most)
+    if size is None:
         return list(sentences)
+    rng = partition_rng(dataset, split, size, partition, seed)
+    chosen = np.sort(rng.choice(len(sentences), size=size, replace=False))
+    return [sentences[i] for i in chosen]
+
+
+def drawn_size(
+    size: int | str | None, available: int, dataset: str, split: str, key: str, at_most: bool = False
+) -> int | None:
+    """How many of the split's ``available`` sentences :func:`sample_partition` draws (None: all),
+    or the ``ValueError`` that names ``key`` and the fix (the preflight checks a cell with it)."""
+    size = eval_sample_size(size, available, at_most)
+    if size is None or size == "full":
+        return None
     if isinstance(size, str) and size.isdigit():
         size = int(size)
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         raise ValueError(f"{key} must be a positive integer or 'full', got {size!r}")
-    if size > len(sentences):
+    if size > available:
         raise ValueError(
-            f"{key}={size} is larger than {dataset}/{split}, which has {len(sentences)} "
-            f"sentences; choose {key}<={len(sentences)} or {key}={'full' if key == 'size' else 'null'}"
+            f"{key}={size} is larger than {dataset}/{split}, which has {available} "
+            f"sentences; choose {key}<={available} or {key}={'full' if key == 'size' else 'null'}"
         )
-    rng = partition_rng(dataset, split, size, partition, seed)
-    chosen = np.sort(rng.choice(len(sentences), size=size, replace=False))
-    return [sentences[i] for i in chosen]
+    return size
 
 
 def eval_sample_size(size: int | str | None, available: int, at_most: bool) -> int | str | None:

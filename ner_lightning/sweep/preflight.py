@@ -86,7 +86,7 @@ def _check_target(key: str, target: str) -> None:
 def check_data(cfg: DictConfig) -> None:
     """The corpus folder and files exist, and the sizes asked fit its splits."""
     from ner_lightning.data.corpus import load_corpus
-    from ner_lightning.data.sampling import eval_sample_size
+    from ner_lightning.data.sampling import drawn_size
 
     node = cfg.get("dataset")
     if node is None or OmegaConf.select(cfg, "dataset._target_") != "ner_lightning.data.corpus.load_corpus":
@@ -118,26 +118,15 @@ def check_data(cfg: DictConfig) -> None:
         corpus = load_corpus(**{str(k): v for k, v in args.items() if k != "_target_"})
     except (OSError, ValueError) as err:  # a file that cannot be read or parsed: the message names it
         raise Refused(f"dataset {name}: {err}") from err
-    for key, sentences, allowed in (
-        ("size", corpus.train, "full"),
-        ("data.dev_size", corpus.dev, "null"),
-        ("data.test_size", corpus.test, "null"),
+    for key, split, sentences in (
+        ("size", "train", corpus.train),
+        ("data.dev_size", "dev", corpus.dev),
+        ("data.test_size", "test", corpus.test),
     ):
-        value = sizes[key]
-        if isinstance(value, str) and value.isdigit():
-            value = int(value)
-        if key != "size":
-            value = eval_sample_size(value, len(sentences), at_most)
-        if value is None or value == "full":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise Refused(f"{key}={value!r}: give a positive number of sentences or {allowed}")
-        if value > len(sentences):
-            split = {"size": "train", "data.dev_size": "dev", "data.test_size": "test"}[key]
-            raise Refused(
-                f"{key}={value} is larger than {name}/{split}, which has {len(sentences)} sentences: "
-                f"choose {key}<={len(sentences)} or {key}={allowed}"
-            )
+        try:
+            drawn_size(sizes[key], len(sentences), str(name), split, key, at_most and key != "size")
+        except ValueError as err:  # the data module's own rule and message
+            raise Refused(str(err)) from err
     _checked.add(fingerprint)
 
 
