@@ -81,6 +81,11 @@ def family(claim: dict) -> str:
     return str(claim.get("family") or claim["paper"])
 
 
+def family_alpha(plan: dict, name: str) -> float:
+    """The α a family spends: its share of a registered ``study.alpha_split``, else the study's α."""
+    return float((plan.get("alpha_split") or {}).get(name, plan["alpha"]))
+
+
 def family_directions(claims: list[dict]) -> dict[str, int]:
     """Each family's number of one-sided tests (2m): a claim and its reverse for each of its m
     judged claims (a vacuous claim is not judged and does not count)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from ner_lightning.report.claim_spec import family, family_directions, grids_of
+from ner_lightning.report.claim_spec import family, family_alpha, family_directions, grids_of
 from ner_lightning.report.claims import claim_runs
 from ner_lightning.report.runs import lookup, partition_label
 from ner_lightning.report.sequential_inference import Design, NullDraws, adjusted
@@ -71,7 +71,7 @@ def bound_of(claim: dict) -> float:
 def direction_alpha(plan: dict, claims: list[dict], claim: dict) -> float:
     """The claim's registered α per direction: its family's α over the family's 2m directions."""
     name = family(claim)
-    return float((plan.get("alpha_split") or {}).get(name, plan["alpha"])) / family_directions(claims)[name]
+    return family_alpha(plan, name) / family_directions(claims)[name]
 
 
 def stopped_estimate(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ner_lightning.report.claim_spec import family, family_directions, grids_of, scored_metric
+from ner_lightning.report.claim_spec import family, family_alpha, family_directions, grids_of, scored_metric
 from ner_lightning.report.claims import (
     Judged,
     decide,
@@ -20,7 +20,7 @@ from ner_lightning.report.claims import (
 )
 from ner_lightning.report.sequential import spent
 from ner_lightning.report.stats import detectable_effect
-from ner_lightning.study.plan import family_alpha, look_levels, look_partitions
+from ner_lightning.study.plan import look_levels, look_partitions
 
 
 def judge_look(claims: list[dict], settings: dict, folder: Path, partitions: list[int], scoring: str) -> list[Judged]:

@@ -12,7 +12,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ner_lightning.report.claim_spec import check_delta_source, family_directions, load_claims, paper_distance
+from ner_lightning.report.claim_spec import (
+    check_delta_source,
+    family_alpha,
+    family_directions,
+    load_claims,
+    paper_distance,
+)
 from ner_lightning.report.sequential import (
     BOUNDARIES,
     SPENDING,
@@ -105,11 +111,6 @@ def _declared(path: Path, spec: dict) -> dict:
             raise SystemExit(f"{path}: study.robust {spec['robust']!r} is not one of {ROBUST}")
         out["robust"] = spec["robust"]
     return out
-
-
-def family_alpha(plan: dict, name: str) -> float:
-    """The α a family spends: its share of a registered ``study.alpha_split``, else the study's α."""
-    return float((plan.get("alpha_split") or {}).get(name, plan["alpha"]))
 
 
 def study_wide_error(plan: dict, families: list[str]) -> dict:

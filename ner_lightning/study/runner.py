@@ -56,20 +56,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ner_lightning.report.claim_spec import family_directions, load_claims, scored_metric
+from ner_lightning.report.claim_spec import family_alpha, family_directions, load_claims, scored_metric
 from ner_lightning.report.study_diagnostics import diagnose
 from ner_lightning.report.study_table import show, table, update_block
 from ner_lightning.results import write_json_atomic
 from ner_lightning.study import registration
 from ner_lightning.study.looks import decisions, run_looks
-from ner_lightning.study.plan import (
-    family_alpha,
-    look_levels,
-    look_partitions,
-    plan_of,
-    read_deviations,
-    study_wide_error,
-)
+from ner_lightning.study.plan import look_levels, look_partitions, plan_of, read_deviations, study_wide_error
 from ner_lightning.sweep import cells
 
 RECORD = "study.json"
