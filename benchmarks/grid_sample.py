@@ -11,6 +11,11 @@ A launcher written ``name@REV`` runs from a ``git worktree`` of ``REV`` (its own
 configs; the data found as this checkout finds it), so a launcher can be compared with its own
 earlier self in the same invocation.
 
+Per cell it reports each phase and the seconds *around the step* (set-up — precision, data,
+model —, dev scoring, test, writes, unaccounted: everything but training steps and the process's
+start-up); the raw file keeps every cell's timeline (wall-clock start and end, its lockstep
+group's fit and that fit's own phases).
+
 The default sample is 32 tiny-encoder cells (CE and AUC-2T, sizes 20 and 50, partitions 0–7; the
 closest CPU proxy of launch-bound GPU cells). Each launcher runs the sample in a fresh sweep folder
 per round (rounds alternate the launchers' order). The extrapolation to the AUC-2T paper's Table 2
@@ -40,17 +45,30 @@ SAMPLE = "loss=ce,auc2t size=20,50 partition=0,1,2,3,4,5,6,7"
 TABLE2_CELLS = 12 * 30 * 4
 
 
-def phase_sums(sweep: Path) -> tuple[int, dict[str, float], list[float]]:
-    """Finished cells, the sums of their phases, and every cell's start-up."""
+AROUND_THE_STEP = ("precision", "data", "model", "dev", "test", "writes", "unaccounted")
+
+
+def phase_sums(sweep: Path) -> tuple[int, dict[str, float], list[float], list[dict]]:
+    """Finished cells, the sums of their phases, every cell's start-up, and the timeline: each
+    cell's wall-clock span (and its lockstep group's fit, whole) in seconds from the sweep's first."""
     sums: dict[str, float] = defaultdict(float)
-    startups, done = [], 0
-    for path in sweep.glob("*/results.json"):
+    startups, done, spans = [], 0, []
+    for path in sorted(sweep.glob("*/results.json")):
         r = json.loads(path.read_text())
         done += 1
         for phase, seconds in (r.get("phase_s") or {}).items():
             sums[phase] += seconds
         startups.append((r.get("phase_s") or {}).get("startup", float("nan")))
-    return done, dict(sums), startups
+        if r.get("timeline"):
+            group = r.get("lockstep") or {}
+            spans.append({"cell": path.parent.name, **r["timeline"], "fit": group.get("fit_timeline"),
+                          "fit_phase_s": group.get("fit_phase_s")})
+    first = min((s["started"] for s in spans), default=0.0)
+    for s in spans:
+        s["started"], s["ended"] = round(s["started"] - first, 3), round(s["ended"] - first, 3)
+        if s["fit"]:
+            s["fit"] = {k: round(v - first, 3) for k, v in s["fit"].items()}
+    return done, dict(sums), startups, spans
 
 
 def main() -> None:
@@ -83,10 +101,10 @@ def _round(args, launcher: str, rnd: int, where: dict, env: dict) -> dict:
     args.root.mkdir(parents=True, exist_ok=True)
     _, wall = timed_process(command(args.grid, args.extra, sweep, name), cwd=where.get(rev), env=env,
                             log=sweep.with_suffix(".log"), check=False)
-    done, sums, startups = phase_sums(sweep)
+    done, sums, startups, timeline = phase_sums(sweep)
     print(f"round {rnd}: {launcher} {done} cells in {wall:.1f} s", file=sys.stderr, flush=True)
     return {"launcher": launcher, "round": rnd, "wall_s": wall, "cells": done, "phase_s": sums,
-            "startup_s": sorted(startups)}
+            "startup_s": sorted(startups), "timeline": timeline}
 
 
 def _summary(args, launchers: list[str], runs: list[dict]) -> None:
@@ -102,10 +120,17 @@ def _summary(args, launchers: list[str], runs: list[dict]) -> None:
         later = statistics.median(s for r in mine for s in r["startup_s"][_workers(launcher):])
         sums = {k: round(statistics.median(r["phase_s"].get(k, 0.0) for r in mine), 1) for k in mine[0]["phase_s"]}
         grid_h = wall * TABLE2_CELLS / max(cells, 1) * scale / 3600
+        per_cell = {k: round(statistics.median(r["phase_s"].get(k, 0.0) / max(r["cells"], 1) for r in mine), 3)
+                    for k in mine[0]["phase_s"]}
+        around = round(sum(per_cell.get(k, 0.0) for k in AROUND_THE_STEP), 3)
         summary[launcher] = {"wall_s": wall, "cells": cells, "later_startup_s": later, "phase_sums_s": sums,
-                             "table2_hours": grid_h}
+                             "per_cell_s": per_cell, "around_the_step_per_cell_s": around, "table2_hours": grid_h}
         print(f"| {launcher} | {cells} | {wall:.1f} s | {3600 * cells / wall:.0f} | {later:.2f} s | "
               + ", ".join(f"{k} {v}" for k, v in sums.items()) + f" | {grid_h:.2f} h |")
+    print("\nper cell (s): " + "; ".join(
+        f"{name}: around the step {s['around_the_step_per_cell_s']:.3f} ("
+        + ", ".join(f"{k} {s['per_cell_s'].get(k, 0.0):.3f}" for k in AROUND_THE_STEP)
+        + f"), train {s['per_cell_s'].get('train', 0.0):.3f}" for name, s in summary.items()))
     if len(launchers) > 1:
         base = summary[launchers[0]]["wall_s"]
         print("\n" + "; ".join(f"{name}: {base / s['wall_s']:.2f}× the speed of {launchers[0]}"

@@ -69,11 +69,17 @@ def _report(gold: list[list[str]], pred: list[list[str]], mode: str) -> dict:
         pred_n.update(t for t, _, _ in ps)
         tp_n.update(t for t, _, _ in set(gs) & set(ps))
     names = sorted(set(true_n) | set(pred_n))
-    if not names:
+    return scores_from_counts(names, *(np.array([n[t] for t in names], dtype=np.int64) for n in (tp_n, pred_n, true_n)))
+
+
+def scores_from_counts(types: list[str], correct: np.ndarray, predicted: np.ndarray, gold: np.ndarray) -> dict:
+    """One mode's ``{"micro", "macro", "per_type"}`` from span counts per type (``types`` sorted);
+    a type with no gold and no predicted span has no row, as in seqeval."""
+    rows = [k for k in range(len(types)) if gold[k] + predicted[k] > 0]
+    if not rows:
         return {"micro": _empty(counts=True), "macro": _empty(), "per_type": {}}
-    tp = np.array([tp_n[t] for t in names], dtype=np.int64)
-    pr = np.array([pred_n[t] for t in names], dtype=np.int64)
-    tr = np.array([true_n[t] for t in names], dtype=np.int64)
+    names = [types[k] for k in rows]
+    tp, pr, tr = (np.asarray(x, dtype=np.int64)[rows] for x in (correct, predicted, gold))
     p, r, f = _prf(tp, pr, tr)
     mp, mr, mf = (x.item() for x in _prf(tp.sum(keepdims=True), pr.sum(keepdims=True), tr.sum(keepdims=True)))
     support = int(tr.sum())

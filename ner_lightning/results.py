@@ -68,10 +68,12 @@ class CellResult:
     predictions: dict | None = None  # split -> CoNLL file of the selected model's predictions (callbacks.predictions)
     export: str | None = None  # the exported model's folder (export=true; ner_lightning.export)
     lockstep: dict | None = None  # the lockstep group it trained in (hydra/launcher=lockstep; ner_lightning.lockstep)
+    # wall-clock (Unix seconds) of this attempt: set-up began ("started"), results written ("ended")
+    timeline: dict | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        for optional in ("singleaux", "lockstep"):
+        for optional in ("singleaux", "lockstep", "timeline"):
             if out[optional] is None:
                 del out[optional]
         return out
@@ -215,12 +217,18 @@ def _umask() -> int:
     return mask
 
 
-def best_epoch(history: list[dict], monitor: str) -> dict | None:
-    """The first epoch with the highest ``monitor`` (as ModelCheckpoint keeps it)."""
-    best = None
+def best_epoch(history: list[dict], monitor: str, mode: str = "max") -> dict | None:
+    """The evaluation ModelCheckpoint keeps with ``save_top_k=1``: the first, then each strictly
+    better ``monitor`` (highest for ``mode="max"``, lowest for ``"min"``; a NaN ranks worst)."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode={mode!r}: max or min")
+    worst = float("-inf") if mode == "max" else float("inf")
+    best, best_value = None, worst
     for row in history:
-        if best is None or row["metrics"][monitor] > best["metrics"][monitor]:
-            best = row
+        value = float(row["metrics"][monitor])
+        value = worst if value != value else value
+        if best is None or (value > best_value if mode == "max" else value < best_value):
+            best, best_value = row, value
     return best
 
 

@@ -50,13 +50,29 @@ def test_a_group_killed_mid_fit_resumes_and_each_cell_ends_as_uninterrupted(toy_
     out = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, out[-3000:]
     assert "lockstep group resumes from" in out
-    resumed = {json.loads(p.read_text())["partition"]["partition"]: json.loads(p.read_text())
-               for p in sweep.glob("*/results.json")}
+    resumed = {}
+    for p in sweep.glob("*/results.json"):
+        result = json.loads(p.read_text())
+        resumed[result["partition"]["partition"]] = {**result, "_dir": p.parent}
     assert sorted(resumed) == [0, 1, 2]
     for partition, result in resumed.items():
         _same_results(whole[partition], result)
         assert len(result["attempts"]) == 2
+        assert result["lockstep"]["step_dtype"] == "float32"
+        # the rerun trained only the epochs after the group's last.ckpt: its CSV log has no epoch 0,
+        # and fewer epochs than the cell trained in all (a restart from scratch logs them all)
+        rerun_epochs = _epochs_logged(result["_dir"] / "csv" / "metrics.csv")
+        assert rerun_epochs and 0 not in rerun_epochs, rerun_epochs
+        assert len(rerun_epochs) < result["epochs"] == max(rerun_epochs) + 1
     assert not (sweep / "lockstep").exists()  # every cell ended: the group's checkpoint is gone
+
+
+def _epochs_logged(metrics_csv) -> set[int]:
+    """The epochs with a training-loss row in a cell's CSV log."""
+    import csv
+
+    with open(metrics_csv, newline="") as f:
+        return {int(float(row["epoch"])) for row in csv.DictReader(f) if row.get("train/loss_epoch")}
 
 
 def _inspect(path) -> list[dict]:
@@ -126,6 +142,7 @@ def test_a_bf16_mixed_group_trains_on_a_cpu(toy_data_dir, tmp_path):
     for result in grouped.values():
         assert result["lockstep"]["cells"] == 3 and result["lockstep"]["dev_precision"] == "bf16-mixed"
         assert result["precision"]["train"] == "bf16-mixed"
+        assert result["lockstep"]["step_dtype"] == "bfloat16"  # the stacked step itself ran in bf16
         assert result["best_epoch"] is not None and result["test"]["micro"]["f1"] >= 0
 
 

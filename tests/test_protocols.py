@@ -209,14 +209,27 @@ def test_batch_limited_evaluation_scores_the_sentences_it_saw(toy_cfg):
     assert results["test"]["micro"]["support"] > 0 and results["dev"]["micro"]["support"] > 0
 
 
-def test_sentences_seen_keeps_whole_sentences_only():
-    from ner_lightning.models.word_grid import sentences_seen
+def test_a_limited_evaluation_counts_whole_sentences_only():
+    """Chunks of three sentences, the first lacking its second word: placed at their words, and
+    only the sentences decoded whole counted (their tags come back; the other's spans do not count)."""
+    import torch
+
+    from ner_lightning.data.alignment import BatchLayout
+    from ner_lightning.models.word_grid import placed_words
+    from ner_lightning.span_counts import PredictedTags, SplitCounter, TagCodes
 
     gold = [["B-PER", "O"], ["O", "O", "B-LOC"], ["O"]]
-    chunks = [(1, 0, [0, 0]), (1, 2, [3]), (2, 0, [0]), (0, 0, [1])]  # sentence 0 lacks its second word
-    kept, renumbered = sentences_seen(gold, chunks)
-    assert kept == [gold[1], gold[2]]
-    assert renumbered == [(0, 0, [0, 0]), (0, 2, [3]), (1, 0, [0])]
+    codes = TagCodes(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+    counter = SplitCounter(codes, gold)
+    ids = torch.tensor([[0, 0], [3, 0], [0, 0], [1, 0]])  # rows: (1, 0), (1, 2), (2, 0), (0, 0)
+    layout = BatchLayout(words=(2, 1, 1, 1), sentences=(1, 1, 2, 0), offsets=(0, 2, 0, 0), types=(), corpora=(0,) * 4)
+    placed = placed_words([(ids, layout)], counter.starts, counter.lengths, 0, codes.outside, "val", True)
+    assert placed.seen == [1, 2] and placed.counted.tolist() == [False, False, True, True, True, True]
+    assert PredictedTags(counter, placed.tags, placed.seen).as_lists() == [gold[1], gold[2]]
+    scores = counter.scores(counter.counts(placed.tags, placed.counted).numpy())
+    assert scores["micro"]["support"] == 1 and scores["micro"]["f1"] == 1.0  # PER of sentence 0 not counted
+    with pytest.raises(RuntimeError, match="val: predicted 5 words for 6 words"):
+        placed_words([(ids, layout)], counter.starts, counter.lengths, 0, codes.outside, "val", False)
 
 
 def test_a_batch_budget_trainer_without_its_budget_is_refused_naming_it(toy_cfg, tmp_path):
@@ -266,3 +279,17 @@ def test_every_section_a_component_declares_reaches_results_json_and_a_clash_is_
         train(toy_cfg("trainer.max_epochs=1", made_up, "+callbacks.made_up.field=test"))
     with pytest.raises(ValueError, match="MadeUpSection.result_section: 'sideways' is not a results.json field"):
         train(toy_cfg("trainer.max_epochs=1", made_up, "+callbacks.made_up.field=sideways"))
+
+
+def test_best_epoch_is_the_evaluation_model_checkpoint_keeps_in_either_mode():
+    """The first evaluation, then each strictly better one; mode=min keeps the lowest; a NaN ranks
+    worst (ModelCheckpoint's rule with save_top_k=1)."""
+    from ner_lightning.results import best_epoch
+
+    history = [{"epoch": e, "metrics": {"m": v}} for e, v in enumerate([0.5, 0.2, 0.7, 0.2, float("nan"), 0.7])]
+    assert best_epoch(history, "m")["epoch"] == 2
+    assert best_epoch(history, "m", "min")["epoch"] == 1
+    nan_first = [{"epoch": 0, "metrics": {"m": float("nan")}}, {"epoch": 1, "metrics": {"m": 0.9}}]
+    assert best_epoch(nan_first, "m", "min")["epoch"] == 1 and best_epoch(nan_first, "m")["epoch"] == 1
+    with pytest.raises(ValueError, match="mode='best'"):
+        best_epoch(history, "m", "best")

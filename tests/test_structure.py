@@ -122,3 +122,57 @@ def test_the_readme_layout_names_every_module():
         if not named(f, where):
             missing.append(str(f.relative_to(PACKAGE)))
     assert not missing, f"README's layout leaves out {missing}"
+
+
+LIGHTNING_INTERNALS = {"fit_loop", "epoch_loop", "batch_progress", "epoch_progress", "val_loop"}
+
+
+def private_lightning_uses(source: str, own: set[str]) -> list[str]:
+    """Attribute uses in ``source`` that reach into another library's privates (``x._name``, not
+    on ``self``/``cls``, not a name the package defines itself, not torch's) or Lightning's loops."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        root = node.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        name = node.attr
+        private = name.startswith("_") and not name.startswith("__") and name not in own
+        on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        if (private and not on_self and not (isinstance(root, ast.Name) and root.id == "torch")) or (
+            name in LIGHTNING_INTERNALS
+        ):
+            found.append(f"line {node.lineno}: .{name}")
+    return found
+
+
+def _own_private_names() -> set[str]:
+    names = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.startswith("_"):
+                names.add(node.name)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                names.add(node.attr)
+    return names
+
+
+def test_the_finder_sees_a_private_lightning_call():
+    own = {"_trainer"}
+    src = "def f(stopping, trainer, cell):\n    stopping._evaluate_stopping_criteria(1)\n" \
+          "    trainer.fit_loop.epoch_loop.batch_progress.is_last_batch\n    cell._trainer()\n    torch._foreach_mul\n"
+    assert private_lightning_uses(src, own) == [
+        "line 2: ._evaluate_stopping_criteria", "line 3: .batch_progress", "line 3: .epoch_loop", "line 3: .fit_loop"
+    ]
+
+
+def test_the_lockstep_wing_makes_no_private_lightning_call():
+    """A lockstep group drives Lightning's objects through their public hooks and attributes only."""
+    own = _own_private_names() | {"_return_value"}  # Hydra's JobReturn: a failed job's exception (not Lightning)
+    found = {
+        path.name: uses
+        for path in sorted((PACKAGE / "lockstep").glob("*.py"))
+        if (uses := private_lightning_uses(path.read_text(), own))
+    }
+    assert found == {}

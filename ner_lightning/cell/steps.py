@@ -6,6 +6,7 @@ with the selected weights, ``results.json``, export, checkpoint clean-up)."""
 from __future__ import annotations
 
 import logging
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,7 @@ class CellRun:
     loggers: list
     lockstep: dict | None = None  # the group a lockstep cell trained in (``lockstep.launcher``)
     carried: dict[str, float] = field(default_factory=dict)  # seconds by phase spent for it before its end
+    started: float = 0.0  # time.time() when its set-up began (results.json ``timeline``)
 
 
 def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
@@ -93,6 +95,7 @@ def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
     ``partition.json``), objective family and Trainer, charged to the phases ``model`` and ``data``."""
     settings = run_settings(cfg)
     out_dir = settings.out_dir()
+    started = time.time()
     with PROCESS.phase("model"):
         pl.seed_everything(settings.init_seed, workers=True, verbose=False)
         log.debug("%s | %s", cell.prefix, reserve_heap(settings.runtime.malloc_top_pad_mb))
@@ -109,7 +112,7 @@ def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
         trainer, callbacks, loggers = build_trainer(cfg)
         log_partition(cell.prefix, cfg.dataset.name, partition)
         log_model(cell.prefix, module, trainer, OmegaConf.select(cfg, "callbacks.eval_precision.precision"))
-    return CellRun(datamodule, partition, module, trainer, callbacks, loggers)
+    return CellRun(datamodule, partition, module, trainer, callbacks, loggers, started=started)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ def finish_cell(cfg: DictConfig, cell: Cell, run: CellRun, end: FitEnd) -> CellR
             phases[name] = round(phases.get(name, 0.0) + seconds, 3)
         wall = spent["wall_s"] + sum(run.carried.values())
         result.phase_s = phases
+        result.timeline = {"started": round(run.started, 3), "ended": round(time.time(), 3)}
         result.attempts, result.wall_time_s = cells.attempts(out_dir, round(wall, 2))
         result.write(out_dir / "results.json")
         summarise_wandb(run.loggers, result)
@@ -209,8 +213,9 @@ def cell_result(cfg: DictConfig, settings: RunSettings, cell: Cell, run: CellRun
     trainer, module, partition = run.trainer, run.module, run.partition
     record = module.record()
     epochs, steps = end.position or (trainer.current_epoch, trainer.global_step)
-    best = best_epoch(record.history, settings.monitor) if record.history else None
     checkpoint = selecting_checkpoint(trainer)
+    mode = checkpoint.mode if checkpoint is not None and checkpoint.monitor == settings.monitor else "max"
+    best = best_epoch(record.history, settings.monitor, mode) if record.history else None
     if record.history and checkpoint is not None and checkpoint.monitor is None:
         best = record.history[-1]  # no selection (callbacks.model_checkpoint.monitor=null): the final model
     return assemble_result(

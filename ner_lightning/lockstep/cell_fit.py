@@ -6,10 +6,11 @@ keep for a cell trained alone, kept for it while it trains in the group.
 * selection as its ``ModelCheckpoint`` selects (the first best ``monitor``; none: the latest
   evaluation), the selected weights held in memory and written as the cell's own ``best.ckpt``
   (a plain single-cell checkpoint) before the group's ``last.ckpt`` and at the end, and its dev
-  predictions as its ``PredictionWriter`` writes them;
-* early stopping by its own ``EarlyStopping`` (its rule, state and ``min_delta``), and when the
-  stop takes effect as Lightning's fit loop decides it (``trainer.should_stop`` holds once set;
-  training ends at the first epoch end — or mid-epoch evaluation — where ``min_epochs`` is met);
+  predictions as its ``PredictionWriter`` holds and writes them;
+* early stopping by its own ``EarlyStopping`` object, driven through its public hooks with the
+  cell's view of the group's Trainer (``cell_trainer.CellTrainer``), and when the stop takes effect
+  as Lightning's fit loop decides it (``trainer.should_stop`` holds once set; training ends at the
+  first epoch end — or mid-epoch evaluation — where ``min_epochs`` is met);
 * a training loss that is not finite stops the cell with an error of its own.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pytorch_lightning as pl
 import torch
@@ -25,9 +27,10 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
 from ner_lightning.callbacks.checkpointing import selecting_checkpoint
 from ner_lightning.callbacks.predictions import PredictionWriter
+from ner_lightning.lockstep.cell_trainer import CellTrainer
 from ner_lightning.lockstep.members import Member
-from ner_lightning.models.word_grid import host_entries
 from ner_lightning.results import best_epoch
+from ner_lightning.span_counts import PredictedTags
 
 log = logging.getLogger("ner_lightning")
 
@@ -51,6 +54,7 @@ class CellFit:
     steps: int = 0  # optimiser steps it took
     best_value: float | None = None
     held: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # selected weights not yet written
+    view: CellTrainer | None = field(default=None, repr=False)  # its callbacks' trainer (attach)
 
     @classmethod
     def of(cls, member: Member, min_epochs: int) -> CellFit:
@@ -66,6 +70,25 @@ class CellFit:
     @property
     def module(self):
         return self.member.run.module
+
+    def attach(self, group: pl.Trainer) -> None:
+        """The group's fit begins: the cell's view of its Trainer, and its callbacks' ``setup``."""
+        self.view = CellTrainer(group, self.member.run.loggers)
+        if self.stopping is not None:
+            self.stopping.setup(self._trainer(), self.module, "fit")
+
+    def _trainer(self) -> pl.Trainer:
+        if self.view is None:
+            raise RuntimeError("the cell is not attached to its group's Trainer (CellFit.attach)")
+        return cast(pl.Trainer, self.view)
+
+    def _stopping_hook(self, hook: str) -> None:
+        """Its ``EarlyStopping``'s public ``hook`` on its own view; the stop it asks for is held."""
+        if self.stopping is None or self.view is None:
+            return
+        self.view.should_stop = self.should_stop
+        getattr(self.stopping, hook)(self._trainer(), self.module)
+        self.should_stop = self.view.should_stop
 
     @property
     def training(self) -> bool:
@@ -101,29 +124,35 @@ class CellFit:
         if mean is not None:
             for lg in loggers:
                 lg.log_metrics({"train/loss_epoch": float(mean), "epoch": epoch}, step=max(self.steps - 1, 0))
+        if self.view is not None:
+            self.view.current_epoch = epoch
+        self._stopping_hook("on_train_epoch_end")
         if self.should_stop and self.epochs >= self.min_epochs:
             self.stopped = True
 
     # --- evaluation -----------------------------------------------------------------------------
     def evaluated(
-        self, chunks: list, epoch: int, limited: bool, state: dict[str, torch.Tensor], epochs_done: int | None
+        self,
+        scores: dict,
+        predicted: PredictedTags,
+        epoch: int,
+        state: dict[str, torch.Tensor],
+        epochs_done: int | None,
     ) -> None:
-        """A dev evaluation of this cell: ``chunks`` its decoded batches (label ids, layout);
-        ``limited``: only some dev batches ran; ``state``: its current weights (views);
-        ``epochs_done``: whole epochs behind it (a mid-epoch evaluation's stop needs ``min_epochs`` of them)."""
+        """A dev evaluation of this cell: its span ``scores`` and ``predicted`` tags (counted for
+        the whole group at once); ``state``: its current weights (views); ``epochs_done``: whole
+        epochs behind it (a mid-epoch evaluation's stop needs ``min_epochs`` of them)."""
         if not self.check_finite():
             return
         module, dm = self.module, self.member.run.datamodule
-        entries = host_entries(chunks, module.entry).get(0, [])
-        module.predictions["val"] = {}
-        _, scores = module.score_split(dm, "val", dm.corpus_names[0], entries, limited)
+        module.predictions["val"] = {dm.corpus_names[0]: predicted}
         metrics = module.record_scores("val", scores, epoch)
         for lg in self.member.run.loggers:
             lg.log_metrics({**metrics, "epoch": epoch}, step=max(self.steps - 1, 0))
         self._select(metrics, state)
-        if self.stopping is not None:
-            should, _ = self.stopping._evaluate_stopping_criteria(torch.tensor(metrics[self.stopping.monitor]))
-            self.should_stop = self.should_stop or should
+        if self.view is not None:
+            self.view.evaluated(metrics, epoch)
+        self._stopping_hook("on_validation_end")
         if epochs_done is not None and self.should_stop and epochs_done >= self.min_epochs:
             self.stopped, self.epochs = True, epochs_done + 1  # Lightning leaves the epoch here
 
@@ -143,8 +172,9 @@ class CellFit:
                 self.best_value = value
                 self.held = self.saved(state)
         history = self.module.history
-        if self.writer is not None and (monitor is None or best_epoch(history, monitor) is history[-1]):
-            self.writer.write(self.member.run.datamodule, self.module.predictions["val"], "dev")
+        mode = self.selection.mode if self.selection is not None else "max"
+        if self.writer is not None and (monitor is None or best_epoch(history, monitor, mode) is history[-1]):
+            self.writer.hold(self.module.predictions["val"])
 
     # --- checkpoints ----------------------------------------------------------------------------
     def saved(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -160,7 +190,9 @@ class CellFit:
 
     def write_held(self) -> None:
         """The selected weights not yet on disk, as the cell's ``best.ckpt`` (a weights-only
-        Lightning checkpoint of the cell's own module)."""
+        Lightning checkpoint of the cell's own module), and its held dev predictions."""
+        if self.writer is not None:
+            self.writer.write_held(self.member.run.datamodule)
         path = self.best_path()
         if self.held is None or path is None:
             return

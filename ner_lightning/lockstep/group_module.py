@@ -31,6 +31,7 @@ from ner_lightning.lockstep.cell_fit import CellFit
 from ner_lightning.lockstep.stacking import FrozenRows, StackedCells, stack_batches
 from ner_lightning.models.base import MIXED_PRECISION
 from ner_lightning.models.word_grid import layout_of
+from ner_lightning.span_counts import PredictedTags
 
 
 class LockstepModule(pl.LightningModule):
@@ -47,6 +48,7 @@ class LockstepModule(pl.LightningModule):
         self.stack: StackedCells | None = None
         self.frozen = FrozenRows()
         self._collected: list[tuple[torch.Tensor, object, list[int]]] = []
+        self._at_last_batch = False  # the latest training batch ended its epoch (a dev run there is the epoch's)
         datamodule = self.cells[0].member.run.datamodule
         self.pad_id = datamodule.tokenizer.pad_token_id
 
@@ -54,6 +56,8 @@ class LockstepModule(pl.LightningModule):
     def setup(self, stage: str) -> None:
         """Each cell's own set-up from its data (``NERModule.fit_to_data``: WCE's class weights),
         then the stack."""
+        for cell in self.cells:
+            cell.attach(self.trainer)
         if self.stack is not None:
             return
         for cell in self.cells:
@@ -106,6 +110,9 @@ class LockstepModule(pl.LightningModule):
         for k in self.training_cells():
             self.cells[k].stepped(losses[k], self.cells[k].module.train_batches, epoch, batch[k]["input_ids"].size(0))
 
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        self._at_last_batch = batch_idx + 1 == self.trainer.num_training_batches
+
     def on_train_epoch_end(self) -> None:
         every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning's logger connector
         for k in self.training_cells():
@@ -132,17 +139,25 @@ class LockstepModule(pl.LightningModule):
         self._collected.append((ids, layout_of(batch), cells))
 
     def on_validation_epoch_end(self) -> None:
+        """Every training cell's dev scores at once: its decoded tags laid out as the split's words
+        and counted against the gold spans on the device (``span_counts``), one host copy of the
+        counts for the whole group; then each cell's own selection and stopping."""
         collected, self._collected = self._collected, []
         if self.trainer.sanity_checking or not collected:
             return
-        loop = self.trainer.fit_loop
-        last_batch = loop.epoch_loop.batch_progress.is_last_batch
-        epochs_done = None if last_batch else loop.epoch_progress.current.completed
+        epochs_done = None if self._at_last_batch else self.current_epoch  # mid-epoch: the epochs behind it
         limited = bool(self.trainer.fast_dev_run) or self.trainer.limit_val_batches != 1.0  # type: ignore[attr-defined]
+        first = self.cells[0]
+        dm = first.member.run.datamodule
+        counter = first.module.split_counter(dm, "dev", dm.corpus_names[0])
+        placed = first.module.placed_tags([(ids, layout) for ids, layout, _ in collected], counter, 0, "val", limited)
+        counts = counter.counts(placed.tags, placed.counted).cpu().numpy()
         stack = self.stacked()
         for row, k in enumerate(collected[0][2]):
-            chunks = [(ids[row], layout) for ids, layout, _ in collected]
-            self.cells[k].evaluated(chunks, self.current_epoch, limited, stack.cell_state(k), epochs_done)
+            predicted = PredictedTags(counter, placed.tags[row], placed.seen)
+            self.cells[k].evaluated(
+                counter.scores(counts[row]), predicted, self.current_epoch, stack.cell_state(k), epochs_done
+            )
         if not self.training_cells():
             self.trainer.should_stop = True
 
@@ -166,7 +181,10 @@ class LockstepModule(pl.LightningModule):
     def on_train_end(self) -> None:
         """Each cell ends holding its selected weights on disk, or — selecting nothing — its final
         weights in its module."""
+        dtype = self.stacked().step_dtype
         for k, cell in enumerate(self.cells):
+            if cell.member.run.lockstep is not None and dtype is not None:  # what the stacked step ran in
+                cell.member.run.lockstep["step_dtype"] = str(dtype).removeprefix("torch.")
             cell.write_held()
             if cell.selection is None:
                 cell.module.load_state_dict({n: t.cpu() for n, t in cell.saved(self.stacked().cell_state(k)).items()})

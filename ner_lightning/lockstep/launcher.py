@@ -203,6 +203,7 @@ class LockstepTasks:
                 "group_sha256": sha,
                 "dev_precision": str(precision or members[0].cfg.trainer.precision),
             }
+        started = time.time()
         try:
             with interrupts_raised():
                 fit_group(members, folder)
@@ -211,8 +212,15 @@ class LockstepTasks:
             for member in members:
                 member.error = member.error or err
         spent = PROCESS.take()
+        phases = {**spent["phases"], "unaccounted": spent["unaccounted"]}
+        # the fit's own phases and wall-clock span, whole; each cell's phase_s carries its share
+        fit_record = {
+            "fit_phase_s": {name: round(seconds, 3) for name, seconds in phases.items()},
+            "fit_timeline": {"started": round(started, 3), "ended": round(time.time(), 3)},
+        }
         for member in members:
-            for name, seconds in {**spent["phases"], "unaccounted": spent["unaccounted"]}.items():
+            member.run.lockstep = {**(member.run.lockstep or {}), **fit_record}
+            for name, seconds in phases.items():
                 member.run.carried[name] = member.run.carried.get(name, 0.0) + seconds / len(members)
 
 

@@ -110,6 +110,7 @@ class StackedCells(nn.Module):
         if len({type(m) for m in modules}) != 1:
             raise ValueError("a lockstep group holds cells of one objective family")
         self.cells = len(modules)
+        self.step_dtype: torch.dtype | None = None  # the encoder's dtype in the latest step (gradients)
         wrapped = [_PaddedLoss(cast(Stackable, m)) for m in modules]
         stacked, buffers = stack_module_state(wrapped)
         trainable = {n for n, p in stacked.items() if p.requires_grad}
@@ -170,7 +171,9 @@ class StackedCells(nn.Module):
     def gradients(
         self, batches: dict[str, torch.Tensor], dtype: torch.dtype | None = None
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Every cell's gradient of its own batch (``stack_batches``) and its loss ``(K,)``."""
+        """Every cell's gradient of its own batch (``stack_batches``) and its loss ``(K,)``; the
+        encoder's ``dtype`` is kept as ``step_dtype`` (what the group's cells record)."""
+        self.step_dtype = dtype or torch.float32
         return self._grads(self.params(), self.buffers_by_name(), batches, dtype)
 
     def set_grads(self, grads: dict[str, torch.Tensor], clip_norm: float | None) -> None:

@@ -57,11 +57,6 @@ class NERModule(SpanEvaluation, ResumeState, pl.LightningModule):
         self.forward_passes = 0  # training forward passes (one per optimiser step)
         self.clip_val: float | None = None  # manual optimisation: the Trainer's clipping, taken over
         self.step_losses = StepLosses()  # this epoch's training losses, on the device
-        self.scores: dict[str, dict] = {}  # latest span scores per stage
-        self.history: list[dict] = []  # dev scores of every validation epoch
-        self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
-        self.predictions: dict[str, dict[str, list[list[str]]]] = {}  # latest IOB2 tags per stage and corpus
-        self._predictions: dict[str, list] = {"val": [], "test": []}  # (decoded output, layout) per batch
         self.eval_precision: str | None = None  # evaluate_in (callbacks.EvalPrecision); None = trainer.precision
         self.schedule_owner: ScheduleOwner | None = None  # use_schedule; None = the fit's stepping batches
         self.rate_policy: RatePolicy | None = None  # use_rate_policy; None = the schedule sets the rate

@@ -1,9 +1,11 @@
 """Span evaluation, shared by every objective family (a mixin of ``NERModule``): the word
-predictions of every chunk collected on the device, moved to the host once per epoch,
-reassembled into whole sentences and scored with seqeval (strict and lenient modes) against the
-full gold word sequences of the split — in a multi-corpus run (``models/heads.py``), each
-auxiliary corpus's test set with its own head too. What the module provides is declared on
-:class:`SpanEvaluation`: ``decode(batch)``, ``_full_precision()``, ``id2label`` and the stores."""
+predictions of every chunk collected on the device, laid end to end as the split's words on the
+device (``word_grid.placed_words``) and counted span by span against the split's gold spans,
+indexed once (``span_counts.SplitCounter``: strict and lenient, seqeval's numbers), one host copy
+of the counts an evaluation — in a multi-corpus run (``models/heads.py``), each auxiliary corpus's
+test set with its own head too. The tags become strings only when a file is written
+(``PredictedTags``). What the module provides is declared on :class:`SpanEvaluation`:
+``decode(batch)``, ``_full_precision()``, ``id2label``."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 
 from ner_lightning.data.alignment import BatchLayout
 from ner_lightning.data.contract import ModelData, require_datamodule
-from ner_lightning.metrics import flat_scores, span_scores
-from ner_lightning.models.word_grid import host_entries, layout_of, sentences_seen, whole_sentences
+from ner_lightning.metrics import flat_scores
+from ner_lightning.models.word_grid import host_entries, layout_of, placed_words, whole_sentences
+from ner_lightning.span_counts import PlacedWords, PredictedTags, SplitCounter, TagCodes
 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
 
@@ -28,11 +31,15 @@ class SpanEvaluation(pl.LightningModule):
     # Provided by the module (``NERModule.__init__``):
     id2label: dict[int, str]
     train_batches: int
-    scores: dict[str, dict]  # latest span scores per stage
-    history: list[dict]  # dev scores of every validation epoch
-    aux_scores: dict[str, dict]  # test span scores of each auxiliary corpus (multi-corpus)
-    predictions: dict[str, dict[str, list[list[str]]]]  # latest IOB2 tags per stage and corpus
-    _predictions: dict[str, list]  # (decoded output, layout) per batch, on the device
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scores: dict[str, dict] = {}  # latest span scores per stage
+        self.history: list[dict] = []  # dev scores of every validation epoch
+        self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
+        self.predictions: dict[str, dict[str, PredictedTags]] = {}  # latest tags per stage and corpus
+        self._predictions: dict[str, list] = {"val": [], "test": []}  # (decoded output, layout) per batch
+        self._counters: dict[tuple[str, str, str], tuple[ModelData, SplitCounter]] = {}  # gold spans per split
 
     def decode(self, batch: dict) -> torch.Tensor:
         """Predicted label ids ``(B, W)`` for the words of each example, on the device (values
@@ -86,13 +93,13 @@ class SpanEvaluation(pl.LightningModule):
         batches, self._predictions[stage] = self._predictions[stage], []
         if self.trainer.sanity_checking:
             return
-        collected = self._host_entries(batches)
         dm = require_datamodule(self.trainer)
         self.predictions[stage] = {}
-        for c in sorted(set(collected) | {0}):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
+        corpora = {c for _, layout in batches for c in layout.corpora} | {0}
+        for c in sorted(corpora):  # the main corpus; in a multi-corpus run, each auxiliary (test only)
             name = dm.corpus_names[c]
             # debug=fast, limit_val_batches: score the sentences evaluated
-            pred, scores = self.score_split(dm, stage, name, collected.get(c, []), self._batches_limited(stage))
+            scores = self.score_split(dm, stage, name, batches, self._batches_limited(stage))
             if c:
                 self.aux_scores[name] = scores
                 self.log(f"{stage}_aux/{name}/f1", scores["micro"]["f1"])
@@ -101,22 +108,33 @@ class SpanEvaluation(pl.LightningModule):
             self.log(f"{stage}/f1", flat.pop(f"{stage}/f1"), prog_bar=True)
             self.log_dict(flat)
 
-    def score_split(
-        self, dm: ModelData, stage: str, corpus: str, chunks: list, limited: bool
-    ) -> tuple[list[list[str]], dict]:
-        """One corpus's whole-sentence predictions of the stage's split from its decoded
-        ``chunks`` (:meth:`entry` tuples), kept in ``predictions``, and their span scores against
-        the gold tags; ``limited``: only some batches ran, so only the sentences they covered count."""
-        gold = dm.gold_tags(SPLIT_OF_STAGE[stage], corpus)
-        if limited:
-            gold, chunks = sentences_seen(gold, chunks)
-        lengths = [len(g) for g in gold]
-        if corpus == dm.corpus_names[0]:
-            pred = self.predicted_tags(chunks, lengths, stage)
-        else:
-            pred = self.predicted_tags(chunks, lengths, f"{stage} {corpus}", self.id2label_of(corpus))
-        self.predictions.setdefault(stage, {})[corpus] = pred
-        return pred, span_scores(gold, pred)
+    def score_split(self, dm: ModelData, stage: str, corpus: str, batches: list, limited: bool) -> dict:
+        """One corpus's span scores of the stage's split from the epoch's decoded ``batches``
+        (output, layout), its predictions kept in ``predictions``; ``limited``: only some batches
+        ran, so only the sentences they covered whole count."""
+        counter = self.split_counter(dm, SPLIT_OF_STAGE[stage], corpus)
+        label = stage if corpus == dm.corpus_names[0] else f"{stage} {corpus}"
+        placed = self.placed_tags(batches, counter, dm.corpus_names.index(corpus), label, limited)
+        counts = counter.counts(placed.tags, placed.counted).cpu().numpy()  # the evaluation's one host copy
+        self.predictions.setdefault(stage, {})[corpus] = PredictedTags(counter, placed.tags, placed.seen)
+        return counter.scores(counts)
+
+    def split_counter(self, dm: ModelData, split: str, corpus: str) -> SplitCounter:
+        """The gold spans of a corpus's split, indexed once on this module's device (tag index =
+        label id; a gold tag outside the label set, which no prediction can match, after them)."""
+        key = (split, corpus, str(self.device))
+        if key not in self._counters or self._counters[key][0] is not dm:
+            id2label = self.id2label if corpus == dm.corpus_names[0] else self.id2label_of(corpus)
+            labels = [id2label[i] for i in range(len(id2label))]
+            gold = dm.gold_tags(split, corpus)
+            extra = sorted({t for s in gold for t in s} - set(labels))
+            self._counters[key] = (dm, SplitCounter(TagCodes(labels + extra), gold, self.device))
+        return self._counters[key][1]
+
+    def placed_tags(self, batches: list, counter: SplitCounter, corpus: int, stage: str, limited: bool) -> PlacedWords:
+        """The decoded label ids of ``corpus``'s rows laid end to end in the split (a family whose
+        :meth:`decode` gives something else than label ids overrides this)."""
+        return placed_words(batches, counter.starts, counter.lengths, corpus, counter.codes.outside, stage, limited)
 
     def record_scores(self, stage: str, scores: dict, epoch: int) -> dict[str, float]:
         """The main corpus's scores of the stage kept (a dev evaluation also in ``history``, at

@@ -30,6 +30,7 @@ from ner_lightning.models.base import NERModule
 from ner_lightning.models.contracts import FamilySettings
 from ner_lightning.models.decoding import inside_spans, merge_typed_spans, pointer_spans
 from ner_lightning.models.encoder import TransformerEncoder
+from ner_lightning.span_counts import PlacedWords, SplitCounter
 
 HEADS = ("tagger", "pointer")
 _B, _E, _S = (SPAN_TAGS.index(t) for t in "BES")
@@ -91,6 +92,12 @@ class MRCModule(NERModule):
     def entry(self, layout: BatchLayout, row: int, values: list) -> tuple:
         """``(sentence index, word offset, type index, answers)`` of one (chunk, queried type)."""
         return layout.sentences[row], layout.offsets[row], layout.types[row], values
+
+    def placed_tags(self, batches: list, counter: SplitCounter, corpus: int, stage: str, limited: bool) -> PlacedWords:
+        """Answers are probabilities per (word, type): decoded into spans on the host
+        (:meth:`predicted_tags`), then laid end to end as tags."""
+        chunks = self._host_entries(batches).get(corpus, [])
+        return counter.place(self.predicted_tags(chunks, counter.lengths, stage))
 
     def predicted_tags(
         self, collected: list, lengths: list[int], stage: str, id2label: dict[int, str] | None = None

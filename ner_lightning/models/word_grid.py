@@ -8,23 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ner_lightning.data.alignment import BatchLayout
 from ner_lightning.data.corpus import OUTSIDE
-
-
-def sentences_seen(gold: list[list[str]], chunks: list) -> tuple[list[list[str]], list]:
-    """The gold sentences whose every word was predicted by ``chunks`` (``(sentence, word
-    offset, label ids)``), and those chunks renumbered to them: what a batch-limited evaluation
-    can score."""
-    words: dict[int, int] = {}
-    for si, _, ids in chunks:
-        words[si] = words.get(si, 0) + len(ids)
-    seen = sorted(si for si, n in words.items() if n == len(gold[si]))
-    new_index = {si: i for i, si in enumerate(seen)}
-    return [gold[si] for si in seen], [(new_index[si], off, ids) for si, off, ids in chunks if si in new_index]
+from ner_lightning.span_counts import PlacedWords
 
 
 def layout_of(batch: dict) -> BatchLayout:
@@ -42,10 +32,10 @@ def layout_of(batch: dict) -> BatchLayout:
     )
 
 
-def host_index(values: list[int], device: torch.device) -> torch.Tensor:
+def host_index(values: list[int] | np.ndarray, device: torch.device) -> torch.Tensor:
     """Indices the host knows, as a long tensor on ``device`` without waiting for it: on a GPU a
     pinned copy sent asynchronously (a plain copy to the GPU waits for every queued kernel)."""
-    index = torch.tensor(values, dtype=torch.long)
+    index = torch.as_tensor(values, dtype=torch.long)
     return index.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else index
 
 
@@ -97,3 +87,48 @@ def host_entries(
         for row, n_words in enumerate(layout.words):
             entries.setdefault(layout.corpora[row], []).append(entry(layout, row, next(values)[:n_words]))
     return entries
+
+
+def placed_words(
+    collected: list[tuple[torch.Tensor, BatchLayout]],
+    starts: np.ndarray,
+    lengths: list[int],
+    corpus: int,
+    outside: int,
+    stage: str,
+    limited: bool,
+) -> PlacedWords:
+    """The decoded label ids of corpus ``corpus``'s rows of every batch ``collected`` (output
+    ``(..., B, W)`` with its layout) at their words' places in the split (``starts``: each
+    sentence's first word; ``lengths``: its words), in one gather on the device; indices built on
+    the host from the layouts. Each word is predicted exactly once (else an error naming
+    ``stage``); ``limited``: only some batches ran, so only the sentences they covered whole count."""
+    sources, targets, flats, offset = [], [], [], 0
+    covered = np.zeros(len(lengths), dtype=np.int64)
+    for out, layout in collected:
+        rows, width = out.size(-2), out.size(-1)
+        mine = np.flatnonzero(np.asarray(layout.corpora) == corpus)  # rows of this corpus
+        sentences, offsets = np.asarray(layout.sentences)[mine], np.asarray(layout.offsets)[mine]
+        words = np.asarray(layout.words)[mine]
+        column = np.arange(width)
+        valid = column[None, :] < words[:, None]
+        sources.append((mine[:, None] * width + column[None, :] + offset)[valid])
+        targets.append(((starts[sentences] + offsets)[:, None] + column[None, :])[valid])
+        np.add.at(covered, sentences, words)
+        flats.append(out.flatten(-2))
+        offset += rows * width
+    total = int(sum(lengths))
+    lead = flats[0].shape[:-1] if flats else ()
+    device = flats[0].device if flats else torch.device("cpu")
+    tags = torch.full((*lead, total), outside, dtype=torch.long, device=device)
+    if flats:
+        source, target = np.concatenate(sources), np.concatenate(targets)
+        tags[..., host_index(target, device)] = torch.cat(flats, -1)[..., host_index(source, device)].long()
+    if not limited:
+        if int(covered.sum()) != total:
+            raise RuntimeError(f"{stage}: predicted {int(covered.sum())} words for {total} words")
+        return PlacedWords(tags, None, None)
+    whole = covered == np.asarray(lengths)
+    counted = torch.as_tensor(np.repeat(whole, lengths))
+    counted = counted.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else counted
+    return PlacedWords(tags, counted, [int(s) for s in np.flatnonzero(whole)])
