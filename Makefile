@@ -50,7 +50,7 @@ bench: install  ## one CE cell vs the raw encoder limit, a plain loop and HF Tra
 GPU_OUT ?= multirun/gpu-check
 gpu-check: install  ## (a GPU machine; parts within 570 s in all) a lockstep group of MiniLM cells in bf16 and fp32, lockstep vs parallel on the AUC-2T Table 2 shape, lockstep vs alone test F1; JSON in $(GPU_OUT)
 	$(BIN)/python -m pip install -q -e ".[bench]"
-	PY=$(BIN)/python bash benchmarks/gpu_check.sh $(GPU_OUT)
+	PY=$(BIN)/python bash benchmarks/gpu_check/run.sh $(GPU_OUT)
 
 slurm-check: install  ## (root) start a one-node SLURM here, run the 4-cell grid via local and hydra/launcher=slurm
 	bash benchmarks/slurm_localhost.sh

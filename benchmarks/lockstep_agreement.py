@@ -3,7 +3,7 @@
 same experiment) and the wall time of each way, in one invocation:
 
     python benchmarks/lockstep_agreement.py --out docs/bench_runs/<folder>/lockstep_agreement.json
-    python benchmarks/lockstep_agreement.py --extra "trainer=gpu" --alone parallel   # on a GPU (gpu_check.sh)
+    python benchmarks/lockstep_agreement.py --extra "trainer=gpu" --alone parallel   # on a GPU (gpu_check/run.sh)
 
 Default: 16 CE cells (size 50, partitions 0–15) of the default encoder; ``--alone`` names the
 launcher the cells run alone under (``local``, one after another, or ``parallel``). On a CPU the

@@ -42,8 +42,8 @@ class TagCodes:
             raise ValueError(f"tag {bad[0]!r} is not O, B-<type> or I-<type>")
         self.types = sorted({ty for p, _, ty in parts if p != "O"})
         type_of = {ty: k for k, ty in enumerate(self.types)}
-        self.prefix = torch.tensor([_PREFIX[p] for p, _, _ in parts], dtype=torch.long)
-        self.type = torch.tensor([type_of[ty] if p != "O" else -1 for p, _, ty in parts], dtype=torch.long)
+        self.prefix = torch.tensor([_PREFIX[p] for p, _, _ in parts], dtype=torch.int8)
+        self.type = torch.tensor([type_of[ty] if p != "O" else -1 for p, _, ty in parts], dtype=torch.int16)
         self.outside = self.index["O"]
 
     def encode(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
@@ -54,22 +54,21 @@ class TagCodes:
             raise ValueError(f"tag {err.args[0]!r} is not in the label set {self.tags}") from None
 
 
-def span_ends(
-    prefix: torch.Tensor, type_: torch.Tensor, first: torch.Tensor, mode: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ends, heads)``: whether each word ends a span of ``mode`` and the index of that span's
-    first word, from the words' prefix and type codes ``(..., L)``; ``first``: ``(L,)`` a
-    sentence's first word."""
+def span_ends(prefix: torch.Tensor, type_: torch.Tensor, first: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per mode, ``(..., L)``: 0 where no span ends at the word, else ``1 + 2 * head`` (the index
+    of that span's first word, so two spans match when these and their types are equal), from the
+    words' prefix and type codes ``(..., L)``; ``first``: ``(L,)`` a sentence's first word. The
+    modes differ only in which heads open a span: strict a ``B-`` one, lenient any."""
     before_prefix = torch.nn.functional.pad(prefix[..., :-1], (1, 0), value=OUTSIDE)
     before_type = torch.nn.functional.pad(type_[..., :-1], (1, 0), value=-1)
     continues = (prefix == INSIDE) & (before_prefix != OUTSIDE) & (before_type == type_) & ~first
-    position = torch.arange(prefix.size(-1), device=prefix.device).expand_as(prefix)
-    heads = torch.cummax(torch.where(continues, 0, position), dim=-1).values
-    in_span = prefix != OUTSIDE
-    if mode == "strict":
-        in_span = in_span & (prefix.gather(-1, heads) == BEGIN)
-    next_continues = torch.nn.functional.pad(continues[..., 1:], (0, 1), value=False)
-    return in_span & ~next_continues, heads
+    # one running maximum gives each word its span's head and whether that head is a B- tag
+    position = torch.arange(0, 2 * prefix.size(-1), 2, device=prefix.device, dtype=torch.int32)
+    head = torch.cummax(torch.where(continues, 0, position + (prefix == BEGIN)), dim=-1).values
+    closes = ~torch.nn.functional.pad(continues[..., 1:], (0, 1), value=False)  # the next word does not continue
+    marked = (head | 1) + 2  # 1 + 2 * head index (> 0)
+    lenient = torch.where((prefix != OUTSIDE) & closes, marked, 0)
+    return {"lenient": lenient, "strict": torch.where((head & 1).bool(), lenient, 0)}
 
 
 class PlacedWords(NamedTuple):
@@ -95,33 +94,60 @@ class SplitCounter:
         self.first = first.to(self.device)
         self._prefix, self._type = codes.prefix.to(self.device), codes.type.to(self.device)
         self.gold = codes.encode(gold).to(self.device)
-        self._gold_spans = {mode: span_ends(*self._codes(self.gold), self.first, mode) for mode in MODES}
+        self._gold_spans = span_ends(*self._codes(self.gold), self.first)
+        self._gold_type = self._type[self.gold].long()
+        self._gold_counts = self._gold_totals(None)
 
     def _codes(self, tags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self._prefix[tags], self._type[tags]
 
+    def _gold_totals(self, counted: torch.Tensor | None) -> torch.Tensor:
+        """Gold spans per mode and type ``(2, T)`` (of the ``counted`` words' sentences)."""
+        n_types = len(self.codes.types)
+        rows = []
+        for mode in MODES:
+            ends = self._gold_spans[mode] > 0
+            ends = ends if counted is None else ends & counted
+            index = torch.where(ends, self._gold_type, n_types)
+            rows.append(
+                torch.zeros(n_types + 1, dtype=torch.long, device=self.device).scatter_add_(
+                    0, index, torch.ones_like(index)
+                )
+            )
+        return torch.stack(rows)[:, :n_types]
+
     def counts(self, pred: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
         """Per model and type ``(..., 2, 3, T)`` (modes strict, lenient; correct, predicted, gold)
         of the tag indices ``pred`` ``(..., L)``; ``counted``: ``(L,)`` the words whose sentences
-        count (None: all)."""
+        count (None: all). The predicted counts in one scatter over (mode, count, type) slots."""
         n_types = len(self.codes.types)
         lead = pred.shape[:-1]
+        gold = self._gold_counts if counted is None else self._gold_totals(counted)
         if pred.size(-1) == 0:
             return torch.zeros(*lead, len(MODES), 3, n_types, dtype=torch.long, device=pred.device)
         prefix, type_ = self._codes(pred)
-        rows = []
-        for mode in MODES:
-            ends, heads = span_ends(prefix, type_, self.first, mode)
-            gold_ends, gold_heads = self._gold_spans[mode]
-            if counted is not None:
-                ends, gold_ends = ends & counted, gold_ends & counted
-            correct = ends & gold_ends & (heads == gold_heads) & (type_ == self._type[self.gold])
-            gold_type = self._type[self.gold].expand_as(type_)
-            for mask, kind in ((correct, type_), (ends, type_), (gold_ends.expand_as(ends), gold_type)):
-                index = torch.where(mask, kind, n_types).reshape(-1, pred.size(-1))
-                total = torch.zeros(index.size(0), n_types + 1, dtype=torch.long, device=pred.device)
-                rows.append(total.scatter_add_(1, index, torch.ones_like(index))[:, :n_types])
-        return torch.stack(rows, 1).reshape(*lead, len(MODES), 3, n_types)
+        spans = span_ends(prefix, type_, self.first)
+        same_type = type_ == self._gold_type
+        # each word's four facts as bits (strict: ends, correct; lenient: ends, correct) beside its
+        # type, so one histogram per model counts them all
+        bits = torch.zeros_like(type_, dtype=torch.int16)
+        for m, mode in enumerate(MODES):
+            ends = spans[mode] > 0 if counted is None else (spans[mode] > 0) & counted
+            correct = ends & (spans[mode] == self._gold_spans[mode]) & same_type
+            bits |= ends.to(torch.int16) << (2 * m)
+            bits |= correct.to(torch.int16) << (2 * m + 1)
+        key = (type_.clamp(min=0).to(torch.int16) << 4 | bits).reshape(-1, pred.size(-1)).long()
+        hist = torch.zeros(key.size(0), n_types << 4, dtype=torch.long, device=pred.device)
+        hist.scatter_add_(1, key, torch.ones(1, dtype=torch.long, device=pred.device).expand_as(key))
+        hist = hist.reshape(*lead, n_types, 16)
+        has = torch.arange(16, device=pred.device)
+        found = [
+            hist[..., ((has >> bit) & 1).bool()].sum(-1)  # (..., T): words with that bit set, by type
+            for m in range(len(MODES))
+            for bit in (2 * m + 1, 2 * m)  # correct, then predicted
+        ]
+        found_t = torch.stack(found, -2).reshape(*lead, len(MODES), 2, n_types)
+        return torch.cat([found_t, gold.expand(*lead, len(MODES), n_types).unsqueeze(-2)], -2)
 
     def scores(self, counts: np.ndarray) -> dict:
         """``span_scores``'s dict from one model's counts ``(2, 3, T)`` (on the host)."""

@@ -1,4 +1,4 @@
-"""The GPU check (benchmarks/gpu_check.sh) in its CPU form: the same parts with the tiny encoder on
+"""The GPU check (benchmarks/gpu_check/run.sh) in its CPU form: the same parts with the tiny encoder on
 the toy corpus, each writing its JSON, within limits that fit a 15-minute lend."""
 import json
 import os
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _check(out: Path, *parts: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "benchmarks/gpu_check.sh", str(out), *parts], cwd=ROOT, env=env,
+    return subprocess.run(["bash", "benchmarks/gpu_check/run.sh", str(out), *parts], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
 
 
@@ -52,8 +52,8 @@ def test_the_gpu_check_runs_on_a_cpu_with_the_tiny_encoder(toy_data_dir, tmp_pat
 
 
 def test_two_grid_parts_are_paired_by_size_and_partition():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from gpu_check_pairs import paired
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu_check"))
+    from pairs import paired
     from scipy import stats
 
     def part(f1s: dict, best: int) -> dict:

@@ -230,6 +230,16 @@ def test_a_limited_evaluation_counts_whole_sentences_only():
     assert scores["micro"]["support"] == 1 and scores["micro"]["f1"] == 1.0  # PER of sentence 0 not counted
     with pytest.raises(RuntimeError, match="val: predicted 5 words for 6 words"):
         placed_words([(ids, layout)], counter.starts, counter.lengths, 0, codes.outside, "val", False)
+    # the placement is kept for the same layout objects (a cached loader), built anew for others
+    cache: dict = {}
+    args = (counter.starts, counter.lengths, 0, codes.outside, "val", True, cache)
+    placed_words([(ids, layout)], *args)
+    kept = cache["placement"]
+    again = placed_words([(ids + 0, layout)], *args)
+    assert cache["placement"] is kept and again.tags.equal(placed.tags)
+    other = layout._replace(sentences=(1, 1, 0, 2))  # rows of sentences 0 and 2 swapped
+    moved = placed_words([(ids, other)], *args)
+    assert cache["placement"] is not kept and moved.tags.tolist() == [0, 0, 0, 0, 3, 1]
 
 
 def test_a_batch_budget_trainer_without_its_budget_is_refused_naming_it(toy_cfg, tmp_path):

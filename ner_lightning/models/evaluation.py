@@ -39,7 +39,8 @@ class SpanEvaluation(pl.LightningModule):
         self.aux_scores: dict[str, dict] = {}  # test span scores of each auxiliary corpus (multi-corpus)
         self.predictions: dict[str, dict[str, PredictedTags]] = {}  # latest tags per stage and corpus
         self._predictions: dict[str, list] = {"val": [], "test": []}  # (decoded output, layout) per batch
-        self._counters: dict[tuple[str, str, str], tuple[ModelData, SplitCounter]] = {}  # gold spans per split
+        # per (split, corpus, device): the data module, its gold spans, the words' placement (placed_words)
+        self._counters: dict[tuple[str, str, str], tuple[ModelData, SplitCounter, dict]] = {}
 
     def decode(self, batch: dict) -> torch.Tensor:
         """Predicted label ids ``(B, W)`` for the words of each example, on the device (values
@@ -128,13 +129,16 @@ class SpanEvaluation(pl.LightningModule):
             labels = [id2label[i] for i in range(len(id2label))]
             gold = dm.gold_tags(split, corpus)
             extra = sorted({t for s in gold for t in s} - set(labels))
-            self._counters[key] = (dm, SplitCounter(TagCodes(labels + extra), gold, self.device))
+            self._counters[key] = (dm, SplitCounter(TagCodes(labels + extra), gold, self.device), {})
         return self._counters[key][1]
 
     def placed_tags(self, batches: list, counter: SplitCounter, corpus: int, stage: str, limited: bool) -> PlacedWords:
         """The decoded label ids of ``corpus``'s rows laid end to end in the split (a family whose
         :meth:`decode` gives something else than label ids overrides this)."""
-        return placed_words(batches, counter.starts, counter.lengths, corpus, counter.codes.outside, stage, limited)
+        cache = next((c for _, known, c in self._counters.values() if known is counter), None)
+        return placed_words(
+            batches, counter.starts, counter.lengths, corpus, counter.codes.outside, stage, limited, cache
+        )
 
     def record_scores(self, stage: str, scores: dict, epoch: int) -> dict[str, float]:
         """The main corpus's scores of the stage kept (a dev evaluation also in ``history``, at

@@ -6,6 +6,7 @@ evaluation."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -89,6 +90,45 @@ def host_entries(
     return entries
 
 
+@dataclass
+class Placement:
+    """Where :func:`placed_words` takes each word from and puts it, for one list of batches."""
+
+    layouts: list[BatchLayout]
+    shapes: list[tuple[int, int]]
+    source: torch.Tensor  # (N,) on the device
+    target: torch.Tensor
+    covered: np.ndarray  # words decoded per sentence
+
+    def fits(self, layouts: list[BatchLayout], shapes: list[tuple[int, int]], device: torch.device) -> bool:
+        """The same batches again: the same layout objects (a cached loader), shapes and device."""
+        same = len(layouts) == len(self.layouts) and all(a is b for a, b in zip(layouts, self.layouts, strict=True))
+        return same and shapes == self.shapes and self.source.device == device
+
+
+def _placement(
+    layouts: list[BatchLayout], shapes: list[tuple[int, int]], starts: np.ndarray, sentences_n: int, corpus: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For :func:`placed_words`: each of ``corpus``'s words, its index in the batches' outputs
+    flattened and concatenated (``shapes``: each one's rows and width) and in the split, and the
+    words decoded per sentence."""
+    batch_base = np.cumsum([0] + [rows * width for rows, width in shapes])[:-1]
+    # every row of every batch: its first word's place in the concatenated outputs
+    row_source = np.concatenate(
+        [base + np.arange(rows) * width for base, (rows, width) in zip(batch_base, shapes, strict=True)]
+    )
+    sentences = np.concatenate([np.asarray(layout.sentences, dtype=np.int64) for layout in layouts])
+    offsets = np.concatenate([np.asarray(layout.offsets, dtype=np.int64) for layout in layouts])
+    words = np.concatenate([np.asarray(layout.words, dtype=np.int64) for layout in layouts])
+    mine = np.concatenate([np.asarray(layout.corpora, dtype=np.int64) for layout in layouts]) == corpus
+    row_source, sentences, offsets, words = row_source[mine], sentences[mine], offsets[mine], words[mine]
+    within = np.arange(int(words.sum())) - np.repeat(np.cumsum(words) - words, words)  # word index in its row
+    source = np.repeat(row_source, words) + within
+    target = np.repeat(starts[sentences] + offsets, words) + within
+    covered = np.bincount(sentences, weights=words, minlength=sentences_n).astype(np.int64)
+    return source, target, covered
+
+
 def placed_words(
     collected: list[tuple[torch.Tensor, BatchLayout]],
     starts: np.ndarray,
@@ -97,33 +137,36 @@ def placed_words(
     outside: int,
     stage: str,
     limited: bool,
+    cache: dict | None = None,
 ) -> PlacedWords:
     """The decoded label ids of corpus ``corpus``'s rows of every batch ``collected`` (output
     ``(..., B, W)`` with its layout) at their words' places in the split (``starts``: each
-    sentence's first word; ``lengths``: its words), in one gather on the device; indices built on
-    the host from the layouts. Each word is predicted exactly once (else an error naming
-    ``stage``); ``limited``: only some batches ran, so only the sentences they covered whole count."""
-    sources, targets, flats, offset = [], [], [], 0
-    covered = np.zeros(len(lengths), dtype=np.int64)
-    for out, layout in collected:
-        rows, width = out.size(-2), out.size(-1)
-        mine = np.flatnonzero(np.asarray(layout.corpora) == corpus)  # rows of this corpus
-        sentences, offsets = np.asarray(layout.sentences)[mine], np.asarray(layout.offsets)[mine]
-        words = np.asarray(layout.words)[mine]
-        column = np.arange(width)
-        valid = column[None, :] < words[:, None]
-        sources.append((mine[:, None] * width + column[None, :] + offset)[valid])
-        targets.append(((starts[sentences] + offsets)[:, None] + column[None, :])[valid])
-        np.add.at(covered, sentences, words)
-        flats.append(out.flatten(-2))
-        offset += rows * width
+    sentence's first word; ``lengths``: its words), in one gather on the device; the indices
+    built on the host from the layouts, all rows at once. Each word is predicted exactly once
+    (else an error naming ``stage``); ``limited``: only some batches ran, so only the sentences
+    they covered whole count. ``cache``: a dict kept between evaluations of the same split; its
+    indices are reused while the batches' layouts are the same objects (a cached dev loader)."""
     total = int(sum(lengths))
-    lead = flats[0].shape[:-1] if flats else ()
-    device = flats[0].device if flats else torch.device("cpu")
-    tags = torch.full((*lead, total), outside, dtype=torch.long, device=device)
-    if flats:
-        source, target = np.concatenate(sources), np.concatenate(targets)
-        tags[..., host_index(target, device)] = torch.cat(flats, -1)[..., host_index(source, device)].long()
+    if not collected:
+        nothing = torch.full((total,), outside, dtype=torch.long)
+        if not limited:
+            if total:
+                raise RuntimeError(f"{stage}: predicted 0 words for {total} words")
+            return PlacedWords(nothing, None, None)
+        return PlacedWords(nothing, torch.zeros(total, dtype=torch.bool), [])
+    layouts = [layout for _, layout in collected]
+    shapes = [(out.size(-2), out.size(-1)) for out, _ in collected]
+    device = collected[0][0].device
+    placement = cache.get("placement") if cache is not None else None
+    if placement is None or not placement.fits(layouts, shapes, device):
+        source, target, covered = _placement(layouts, shapes, starts, len(lengths), corpus)
+        placement = Placement(layouts, shapes, host_index(source, device), host_index(target, device), covered)
+        if cache is not None:
+            cache["placement"] = placement
+    covered = placement.covered
+    flat = torch.cat([out.flatten(-2) for out, _ in collected], -1)
+    tags = torch.full((*flat.shape[:-1], total), outside, dtype=torch.long, device=device)
+    tags[..., placement.target] = flat[..., placement.source].long()
     if not limited:
         if int(covered.sum()) != total:
             raise RuntimeError(f"{stage}: predicted {int(covered.sum())} words for {total} words")

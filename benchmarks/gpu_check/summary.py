@@ -2,7 +2,7 @@
 second): what finished, at which precision, in which lockstep group, its selected epoch and test
 F1, and — for a grid — the rate and its extrapolation to the AUC-2T paper's Table 2 grid.
 
-    python benchmarks/gpu_check_summary.py SWEEP OUT.json --wall 123.4 --exit 0 [--expected 96]
+    python benchmarks/gpu_check/summary.py SWEEP OUT.json --wall 123.4 --exit 0 [--expected 96]
 """
 from __future__ import annotations
 

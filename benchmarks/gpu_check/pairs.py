@@ -1,8 +1,8 @@
-"""Two grid parts of the GPU check side by side (their JSON from gpu_check_summary.py): each one's
+"""Two grid parts of the GPU check side by side (their JSON from gpu_check/summary.py): each one's
 cells per minute, and the cells both finished paired by (size, partition): test-F1 differences with
 a t interval (scipy), the largest difference and how many chose the same epoch.
 
-    python benchmarks/gpu_check_pairs.py A.json B.json   # differences are A - B
+    python benchmarks/gpu_check/pairs.py A.json B.json   # differences are A - B
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 # check's default logger (W&B offline + CSV) runs on a machine with no package index, beside the
 # offline bundle (../shared/tools/offline_bundle.sh, which leaves wandb out). There:
 #   mkdir -p /tmp/ws && tar -xJf .whl/wandbsite.tar.xz -C /tmp/ws
-#   bash .offline/run.sh bash -c 'export PYTHONPATH=$PYTHONPATH:/tmp/ws; bash benchmarks/gpu_check.sh $OUT'
+#   bash .offline/run.sh bash -c 'export PYTHONPATH=$PYTHONPATH:/tmp/ws; bash benchmarks/gpu_check/run.sh $OUT'
 # Versions: those of this checkout's .venv where it has them. wandb's parquet reader (10 MB, for
 # reading run histories back) is left out: offline logging never loads it.
 set -euo pipefail

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check: what a lent GPU machine (15 minutes, start-up included) must tell us, most
-# important first, in parts whose time limits add up to 570 s (`gpu_check.sh OUT limits` prints
+# important first, in parts whose time limits add up to 570 s (`benchmarks/gpu_check/run.sh OUT limits` prints
 # them), so that unpacking the offline bundle and the check fit one 10-minute command. Each part
 # writes its JSON into OUT as soon as it ends, so a lend cut short keeps what ran. `make gpu-check`
 # runs it after installing; on a machine without a package index, inside the offline bundle (with
 # wandb's packages on PYTHONPATH for the default logger): bash .offline/run.sh bash
-# benchmarks/gpu_check.sh OUT [PART ...].
+# benchmarks/gpu_check/run.sh OUT [PART ...].
 #   env        the machine, the versions, the commit
 #   group      (a) a lockstep group of 8 CE cells (size 50) trains, selects and tests, in bf16-mixed
 #              and in 32-true, under the default logger (W&B offline and CSV): group_<precision>.json
@@ -19,7 +19,7 @@
 # a GPU only the device changes. CHECK_MODEL, CHECK_EXTRA (overrides of every run), GROUP_SIZE,
 # GRID_SIZES, GRID_PARTITIONS and AGREE_PARTITIONS shape it.
 set -u
-OUT=${1:?usage: gpu_check.sh OUT [PART ...]}; shift
+OUT=${1:?usage: benchmarks/gpu_check/run.sh OUT [PART ...]}; shift
 PY=${PY:-python3}; PARTS=${*:-env group grid agreement}
 DEVICE=${CHECK_DEVICE:-gpu}; MODEL=${CHECK_MODEL:-minilm}; EXTRA=${CHECK_EXTRA:-}
 GROUP_SIZE=${GROUP_SIZE:-50}
@@ -52,7 +52,7 @@ run() {
   printf '%d.%03d %d\n' $((ms / 1000)) $((ms % 1000)) "$rc"
 }
 summary() {  # summary SWEEP OUT.json WALL RC [EXPECTED]
-  timeout "$L_SUMMARY" $PY benchmarks/gpu_check_summary.py "$1" "$2" --wall "$3" --exit "$4" ${5:+--expected "$5"}
+  timeout "$L_SUMMARY" $PY benchmarks/gpu_check/summary.py "$1" "$2" --wall "$3" --exit "$4" ${5:+--expected "$5"}
 }
 for p in $PARTS; do
   case $p in
