@@ -350,3 +350,22 @@ def test_a_diverging_cell_stops_alone_and_its_group_goes_on(toy_cfg, tmp_path):
     assert members[0].error is None and [h["epoch"] for h in members[0].run.module.history] == [0, 1]
     assert members[0].position == (2, 2 * len(members[0].run.datamodule.train_dataloader()))
     assert members[0].checkpoint is not None
+
+
+@pytest.mark.parametrize("override, named", [
+    ("callbacks.model_checkpoint.save_top_k=3", "callbacks.model_checkpoint.save_top_k=3"),
+    ("callbacks.model_checkpoint.filename='best-{epoch}'", "callbacks.model_checkpoint.filename=best-{epoch}"),
+    ("callbacks.model_checkpoint.save_last=true", "callbacks.model_checkpoint.save_last=True"),
+    ("callbacks.model_checkpoint.save_weights_only=false", "callbacks.model_checkpoint.save_weights_only=False"),
+    ("+callbacks.model_checkpoint.every_n_train_steps=5", "callbacks.model_checkpoint.every_n_train_steps=5"),
+    ("logger=wandb", None),
+    ("logger=wandb logger.wandb.log_model=true", "logger.wandb.log_model"),
+    ("callbacks.early_stopping.patience=1 callbacks.early_stopping.min_delta=0.01", None),
+])
+def test_a_checkpoint_setting_a_group_cannot_honour_runs_the_cell_alone_naming_it(toy_cfg, override, named):
+    """Each cell's EarlyStopping runs as its own (any setting); of its ModelCheckpoint a group
+    honours one best.ckpt of the weights at a fixed name, selected at each dev evaluation."""
+    from ner_lightning.lockstep.members import config_refusal
+
+    why = config_refusal(toy_cfg(*override.split()))
+    assert (why is None) if named is None else (why is not None and why.startswith(named + ":")), why

@@ -61,4 +61,30 @@ def config_refusal(cfg: DictConfig) -> str | None:
     others = sorted(k for k, v in (cfg.get("callbacks") or {}).items() if v is not None and k not in GROUP_CALLBACKS)
     if others:
         return f"callbacks.{others[0]}: a group runs only {', '.join(GROUP_CALLBACKS)} for its cells"
+    return checkpoint_refusal(cfg)
+
+
+# What a group honours of each cell's ModelCheckpoint (lockstep.cell_fit): one best.ckpt of the
+# weights at a fixed name, selected at each dev evaluation; any other setting runs the cell alone.
+CHECKPOINT_SETTINGS = {
+    "save_top_k": (lambda v: v == 1, "a group keeps one best.ckpt per cell (save_top_k=1)"),
+    "filename": (lambda v: v is None or "{" not in str(v), "a group names each cell's best.ckpt without a template"),
+    "save_last": (lambda v: not v, "a group's resume checkpoint is its own last.ckpt"),
+    "save_weights_only": (lambda v: v is None or bool(v), "a group writes each cell's weights only"),
+    "every_n_epochs": (lambda v: v in (None, 1), "a group selects at every dev evaluation"),
+    "every_n_train_steps": (lambda v: not v, "a group selects at dev evaluations only"),
+    "train_time_interval": (lambda v: v is None, "a group selects at dev evaluations only"),
+    "save_on_train_epoch_end": (lambda v: not v, "a group selects when dev is evaluated"),
+}
+
+
+def checkpoint_refusal(cfg: DictConfig) -> str | None:
+    """The first setting of the cell's ``callbacks.model_checkpoint`` or W&B logger that a group
+    cannot honour for it, by name (None: it honours them all)."""
+    checkpoint = (cfg.get("callbacks") or {}).get("model_checkpoint") or {}
+    for key, (honoured, why) in CHECKPOINT_SETTINGS.items():
+        if key in checkpoint and not honoured(checkpoint[key]):
+            return f"callbacks.model_checkpoint.{key}={checkpoint[key]}: {why}"
+    if ((cfg.get("logger") or {}).get("wandb") or {}).get("log_model"):
+        return "logger.wandb.log_model: a group's cells do not upload their checkpoints to W&B"
     return None
