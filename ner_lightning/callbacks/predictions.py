@@ -20,8 +20,9 @@ class PredictionWriter(pl.Callback):
     scored them. Dev holds the evaluation that the checkpoint callback selects (the first best
     ``monitor``, or the last when it selects nothing: the final model), so it matches the weights
     that test runs with: its tags are held (on the device) at each such evaluation and written
-    once, when training ends — and whenever a checkpoint is saved, so the file on disk is never
-    older than a checkpoint a rerun resumes from. Test is written once, when testing ends."""
+    once, when training ends — and whenever a resume checkpoint is saved (Lightning calls
+    ``on_save_checkpoint`` for full checkpoints only), so the file on disk matches the state a
+    rerun resumes from. Test is written once, when testing ends."""
 
     def __init__(self, dirpath: str):
         self.dirpath = Path(dirpath)
