@@ -155,7 +155,7 @@ def test_a_worker_that_dies_fails_its_groups_cells_only_and_the_rerun_resumes_th
 
     sweep = tmp_path / "s"
     args = ["-m", "loss=ce,focal", "partition=0,1", *TOY, *NO_DROPOUT, *SEVERAL, "trainer.max_epochs=4",
-            "callbacks.model_checkpoint.monitor=null", "callbacks.early_stopping=null",  # dev written every epoch
+            "callbacks.model_checkpoint.monitor=null", "callbacks.early_stopping=null",  # dev selected every epoch
             "callbacks.last_checkpoint.min_interval_s=0",
             "callbacks.predictions._target_=tests.worker_crash.ExitOnceInDev", "hydra/launcher=lockstep",
             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]

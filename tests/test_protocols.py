@@ -303,3 +303,30 @@ def test_best_epoch_is_the_evaluation_model_checkpoint_keeps_in_either_mode():
     assert best_epoch(nan_first, "m", "min")["epoch"] == 1 and best_epoch(nan_first, "m")["epoch"] == 1
     with pytest.raises(ValueError, match="mode='best'"):
         best_epoch(history, "m", "best")
+
+
+def test_dev_predictions_are_written_once_from_the_selected_evaluation(toy_cfg, monkeypatch):
+    """No selection (monitor=null: the final model) and no resume checkpoint: every evaluation is
+    the selected one, yet dev.conll is written once, at the end, holding the last one's tags; test once."""
+    from ner_lightning.callbacks import predictions
+
+    written = []
+    real = predictions.write_conll
+    monkeypatch.setattr(predictions, "write_conll", lambda path, *cols: written.append(path.name) or real(path, *cols))
+    cfg = toy_cfg("callbacks.model_checkpoint.monitor=null", "callbacks.early_stopping=null",
+                  "~callbacks.last_checkpoint", "trainer.max_epochs=3", "trainer.min_epochs=3")
+    results = train(cfg)
+    assert results["epochs"] == 3 and results["best_epoch"] == 2
+    assert written == ["dev.conll", "test.conll"]
+    from pathlib import Path
+
+    from ner_lightning.metrics import span_scores
+
+    gold, pred = [[]], [[]]
+    for line in (Path(cfg.paths.output_dir) / "predictions" / "dev.conll").read_text().splitlines():
+        if not line.strip():
+            gold.append([]), pred.append([])
+            continue
+        gold[-1].append(line.split()[-2]), pred[-1].append(line.split()[-1])
+    # the file scores as the selected (final) evaluation scored
+    assert span_scores(gold, pred)["micro"] == results["dev"]["micro"]

@@ -20,8 +20,9 @@ class ExitProcess(pl.Callback):
 
 class ExitOnceInDev(PredictionWriter):
     """A prediction writer (``callbacks.predictions``, a callback a lockstep group runs) that ends
-    its process with exit code 9 at the second dev file a ``loss=focal`` cell writes — mid-fit, after
-    the group's first ``last.ckpt`` — once: it leaves ``$CRASH_FLAG`` behind, and a rerun runs on."""
+    its process with exit code 9 at the second dev file a ``loss=focal`` cell writes (dev files are
+    written with each of the group's ``last.ckpt``: mid-fit, after the first one reached the disk) —
+    once: it leaves ``$CRASH_FLAG`` behind, and a rerun runs on."""
 
     def __init__(self, dirpath: str):
         super().__init__(dirpath)
