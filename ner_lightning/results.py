@@ -142,28 +142,6 @@ RESULT_SECTIONS = ("test", "test_aux", "dev", "training_set", "partition", "thro
 RESULT_VALUES = ("best_epoch", "best_batch", "epochs", "global_steps", "wall_time_s", "dev_monitor")
 
 
-def time_spent(results: list[dict]) -> str | None:
-    """Where a grid's time went: the phases of its cells' ``phase_s`` summed (``results.json`` of
-    this version: every phase of each cell's process, ``ner_lightning/clock.py``), largest first,
-    with their share of the cells' summed wall time; None without such cells."""
-    timed = [r for r in results if (r.get("phase_s") or {}).get("startup") is not None]
-    if not timed:
-        return None
-    totals: dict[str, float] = {}
-    for r in timed:
-        for phase, seconds in r["phase_s"].items():
-            totals[phase] = totals.get(phase, 0.0) + (seconds or 0.0)
-    wall = sum(r["wall_time_s"] for r in timed) or 1.0
-
-    def hours(x: float) -> str:
-        return f"{x / 3600:.2f} h" if x >= 3600 else f"{x / 60:.1f} min" if x >= 120 else f"{x:.1f} s"
-
-    parts = ", ".join(
-        f"{phase} {hours(x)} ({x / wall:.0%})" for phase, x in sorted(totals.items(), key=lambda kv: -kv[1]) if x > 0
-    )
-    return f"time of {len(timed)} cells, {hours(wall)}: {parts}"
-
-
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
     return write_atomic(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=False, default=str).encode()))

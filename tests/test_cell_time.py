@@ -11,7 +11,7 @@ import time
 import pytest
 
 from ner_lightning.clock import PHASES, PhaseClock, seconds_since_process_start
-from ner_lightning.results import time_spent
+from ner_lightning.grid_time import time_spent, timeline
 from tests.conftest import TOY_SENTENCES, write_conll2003
 
 
@@ -150,3 +150,19 @@ def test_tokenizers_that_split_words_differently_never_share_encoded_splits():
     prefixed = SubwordAligner(AutoTokenizer.from_pretrained(folder, add_prefix_space=True), 512)
     assert plain.frame() == again.frame() and plain.frame() != prefixed.frame()
     assert plain.frame() != SubwordAligner(AutoTokenizer.from_pretrained(folder), 64).frame()
+
+
+def test_the_timeline_gives_the_grids_span_cells_at_once_and_what_groups_spend_around_their_fits():
+    """Two cells of one group (set up at 0 and 1 s, fit from 2 to 10 s, results at 11 and 12 s) and
+    one cell alone (0 to 6 s): a 12 s grid, (11 + 11 + 6) / 12 = 2.3 cells at once, the group's 8 s fit and 2 + 2 s around it."""
+    group = {"group_sha256": "g", "fit_timeline": {"started": 102.0, "ended": 110.0}}
+    results = [
+        {"timeline": {"started": 100.0, "ended": 111.0}, "lockstep": group},
+        {"timeline": {"started": 101.0, "ended": 112.0}, "lockstep": group},
+        {"timeline": {"started": 100.0, "ended": 106.0}},
+    ]
+    assert timeline(results) == (
+        "timeline: 12.0 s from the first set-up to the last result, 2.3 cells at once on average; "
+        "1 lockstep groups: their fits 8.0 s, their cells' set-up before and test and writes after them 4.0 s"
+    )
+    assert timeline([{"phase_s": {}}]) is None

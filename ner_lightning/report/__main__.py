@@ -35,6 +35,7 @@ import json
 from pathlib import Path
 
 from ner_lightning import run_store
+from ner_lightning.grid_time import time_spent
 from ner_lightning.report.checks import duplicates, pooled_differences, unknown_baseline, unknown_keys
 from ner_lightning.report.runs import choose_on_dev, load_runs, load_trials, mixed_settings, select_on_dev
 from ner_lightning.report.tables import (
@@ -45,7 +46,6 @@ from ner_lightning.report.tables import (
     paper_table,
     summary_table,
 )
-from ner_lightning.results import time_spent
 
 
 def parser() -> argparse.ArgumentParser:

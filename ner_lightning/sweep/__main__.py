@@ -37,7 +37,8 @@ from collections import Counter
 from pathlib import Path
 
 from ner_lightning import run_store
-from ner_lightning.results import time_spent, write_json_atomic
+from ner_lightning.grid_time import time_spent, timeline
+from ner_lightning.results import write_json_atomic
 from ner_lightning.resuming import SWEEP_DIR, sweep_resume_command, with_folder
 from ner_lightning.sweep import cells, folder_lock
 from ner_lightning.sweep.identity import accelerator_restored, user_code_changed
@@ -233,9 +234,10 @@ def print_status(sweep_dir: Path, each_cell: bool = False) -> int:
         + (f" | last started {last.get('started')}" if last else "")
         + _eta(rows)
     )
-    spent = time_spent([r["results"] for r in rows if r["state"] == "done"])
-    if spent:
-        print(f"  {spent}")
+    finished = [r["results"] for r in rows if r["state"] == "done"]
+    for line in (time_spent(finished), timeline(finished)):
+        if line:
+            print(f"  {line}")
     if placement(rows):
         print(f"  running: {placement(rows)}")
     for r in rows:
