@@ -20,7 +20,7 @@ def run_cli(args, cwd, data_dir):
     env = dict(os.environ, NER_DATA_DIR=str(data_dir), WANDB_MODE="offline", WANDB_SILENT="true",
                HYDRA_FULL_ERROR="0", **ONE_THREAD_PER_WORKER)
     return subprocess.run([sys.executable, "-m", "ner_lightning.run", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=1800)
 
 
 def job_dirs(cwd: Path):
@@ -240,7 +240,7 @@ def test_interrupt_is_recorded_as_interrupted(toy_data_dir, tmp_path):
         time.sleep(0.2)
     time.sleep(2)
     run.send_signal(signal.SIGINT)
-    assert run.wait(120) == 130
+    assert run.wait(600) == 130
     failure = json.loads((tmp_path / "r" / "failure.json").read_text())
     assert failure["status"] == "interrupted"
     assert "resume with: python -m ner_lightning.run " in failure["error"]
@@ -327,7 +327,9 @@ def test_parallel_workers_start_once_and_run_every_cell_of_a_24_cell_sweep(toy_d
     # alike, not one after the other (then the second pays the first's imports too, ~2x)
     firsts = sorted(r["phase_s"]["startup"] for r in results)[-2:]
     assert firsts[1] < 1.5 * firsts[0], firsts
-    assert sorted(r["phase_s"]["startup"] for r in results)[-3] < 2.0  # every later cell: no process start-up
+    # every later cell: no process start-up of its own (less than a first cell's, imports included;
+    # not an absolute figure: on a loaded machine the time between a worker's cells grows too)
+    assert sorted(r["phase_s"]["startup"] for r in results)[-3] < firsts[0], sorted(r["phase_s"]["startup"] for r in results)
 
 
 def test_a_cell_whose_folder_cannot_be_made_fails_alone(toy_data_dir, tmp_path):
@@ -374,10 +376,13 @@ def _popen(args, cwd, data_dir, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
-def _wait_for(pattern_dir: Path, pattern: str, seconds: float = 120) -> Path | None:
+def _wait_for(pattern_dir: Path, pattern: str, seconds: float = 900) -> Path | None:
+    """The first file matching ``pattern`` once one exists (a process's start-up takes seconds on
+    an idle machine and minutes on a loaded one: the deadline is generous, the wait ends at once)."""
     import time
 
-    for _ in range(int(seconds * 5)):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         found = sorted(pattern_dir.glob(pattern))
         if found:
             return found[0]
@@ -393,13 +398,13 @@ def test_sigterm_exits_143_with_failure_json_from_a_run_and_from_a_sweep(toy_dat
     run = _popen([f"hydra.run.dir={tmp_path / 'r'}", *long], tmp_path, toy_data_dir)
     assert _wait_for(tmp_path / "r", "csv/metrics.csv") is not None
     run.send_signal(signal.SIGTERM)
-    assert run.wait(120) == 143, run.stdout.read()[-4000:]
+    assert run.wait(600) == 143, run.stdout.read()[-4000:]
     failure = json.loads((tmp_path / "r" / "failure.json").read_text())
     assert failure["status"] == "interrupted" and not (tmp_path / "r" / "results.json").exists()
     sweep = _popen(["-m", "loss=ce,crf", f"hydra.sweep.dir={tmp_path / 's'}", *long], tmp_path, toy_data_dir)
     assert _wait_for(tmp_path / "s", "0_*/csv/metrics.csv") is not None
     sweep.send_signal(signal.SIGTERM)
-    assert sweep.wait(120) == 143, sweep.stdout.read()[-4000:]
+    assert sweep.wait(600) == 143, sweep.stdout.read()[-4000:]
     assert json.loads(next((tmp_path / "s").glob("0_*/failure.json")).read_text())["status"] == "interrupted"
     assert not list((tmp_path / "s").glob("1_*/cell.json"))  # the sweep stopped: the next cell never started
 
