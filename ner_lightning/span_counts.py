@@ -55,8 +55,8 @@ class TagCodes:
 
 
 def span_ends(prefix: torch.Tensor, type_: torch.Tensor, first: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per mode, ``(..., L)``: 0 where no span ends at the word, else ``1 + 2 * head`` (the index
-    of that span's first word, so two spans match when these and their types are equal), from the
+    """Per mode, ``(..., L)``: 0 where no span ends at the word, else ``2 * h + 3`` (``h``:
+    the index of that span's first word, so two spans match when these and their types are equal), from the
     words' prefix and type codes ``(..., L)``; ``first``: ``(L,)`` a sentence's first word. The
     modes differ only in which heads open a span: strict a ``B-`` one, lenient any."""
     before_prefix = torch.nn.functional.pad(prefix[..., :-1], (1, 0), value=OUTSIDE)
@@ -66,7 +66,7 @@ def span_ends(prefix: torch.Tensor, type_: torch.Tensor, first: torch.Tensor) ->
     position = torch.arange(0, 2 * prefix.size(-1), 2, device=prefix.device, dtype=torch.int32)
     head = torch.cummax(torch.where(continues, 0, position + (prefix == BEGIN)), dim=-1).values
     closes = ~torch.nn.functional.pad(continues[..., 1:], (0, 1), value=False)  # the next word does not continue
-    marked = (head | 1) + 2  # 1 + 2 * head index (> 0)
+    marked = (head | 1) + 2  # 2 * the head's index + 3, whatever its prefix (> 0)
     lenient = torch.where((prefix != OUTSIDE) & closes, marked, 0)
     return {"lenient": lenient, "strict": torch.where((head & 1).bool(), lenient, 0)}
 
@@ -119,7 +119,7 @@ class SplitCounter:
     def counts(self, pred: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
         """Per model and type ``(..., 2, 3, T)`` (modes strict, lenient; correct, predicted, gold)
         of the tag indices ``pred`` ``(..., L)``; ``counted``: ``(L,)`` the words whose sentences
-        count (None: all). The predicted counts in one scatter over (mode, count, type) slots."""
+        count (None: all). The predicted counts in one histogram per model; the gold ones per split."""
         n_types = len(self.codes.types)
         lead = pred.shape[:-1]
         gold = self._gold_counts if counted is None else self._gold_totals(counted)
