@@ -15,6 +15,21 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import Logger
 
+# The Trainer attributes every cell of a group shares, answered by the group's Trainer.
+SHARED = frozenset(
+    {
+        "state",
+        "strategy",
+        "sanity_checking",
+        "fast_dev_run",
+        "val_check_interval",
+        "check_val_every_n_epoch",
+        "global_rank",
+        "world_size",
+        "is_global_zero",
+    }
+)
+
 
 class CellTrainer:
     """The public Trainer attributes a cell's callbacks read (module docstring)."""
@@ -26,42 +41,11 @@ class CellTrainer:
         self.should_stop = False
         self.current_epoch = 0
 
-    # What the cells share: the group's own answers.
-    @property
-    def state(self):
-        return self.group.state
-
-    @property
-    def strategy(self):
-        return self.group.strategy
-
-    @property
-    def sanity_checking(self) -> bool:
-        return self.group.sanity_checking
-
-    @property
-    def fast_dev_run(self):
-        return self.group.fast_dev_run  # type: ignore[attr-defined]  # set by Lightning's connectors
-
-    @property
-    def val_check_interval(self):
-        return self.group.val_check_interval
-
-    @property
-    def check_val_every_n_epoch(self):
-        return self.group.check_val_every_n_epoch
-
-    @property
-    def global_rank(self) -> int:
-        return self.group.global_rank
-
-    @property
-    def world_size(self) -> int:
-        return self.group.world_size
-
-    @property
-    def is_global_zero(self) -> bool:
-        return self.group.is_global_zero
+    def __getattr__(self, name: str):
+        """What the cells share (:data:`SHARED`) is the group's own answer."""
+        if name in SHARED:
+            return getattr(self.group, name)
+        raise AttributeError(f"a cell's view of its group's Trainer has no {name!r} (lockstep/cell_trainer.py)")
 
     def evaluated(self, metrics: dict[str, float], epoch: int) -> None:
         """The cell's dev evaluation at ``epoch``: its metrics as Lightning's logger connector keeps
