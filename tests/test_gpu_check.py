@@ -26,15 +26,16 @@ def test_the_parts_limits_leave_room_to_unpack_within_one_ten_minute_command(tmp
 @pytest.mark.slow
 def test_the_gpu_check_runs_on_a_cpu_with_the_tiny_encoder(toy_data_dir, tmp_path):
     """(a) a lockstep group of 8 trains, selects and tests in bf16-mixed and in 32-true under the
-    default logger; (b) the grid under lockstep and parallel, every cell done and extrapolated;
+    default logger; (b) the grid slice under lockstep and parallel, every cell done and extrapolated
+    size by size;
     (c) lockstep against alone, paired over every partition."""
     env = dict(os.environ, PY=sys.executable, NER_DATA_DIR=str(toy_data_dir), CHECK_DEVICE="cpu", CHECK_MODEL="tiny",
                CHECK_EXTRA="dataset.name=toy dataset.dir=${paths.data_dir}/toy data.dev_size=null "
                            "hydra.sweep.subdir=${hydra.job.num}",
-               GROUP_SIZE="8", GRID_SIZES="8,16", GRID_PARTITIONS="0,1", AGREE_PARTITIONS="0,1,2,3",
+               GROUP_SIZE="8", GRID_SIZES="8,16", GRID_PARTITIONS="0,1", GRID_EPOCHS="5", AGREE_PARTITIONS="0,1,2,3",
                CHECK_WORK=str(tmp_path / "work"), OMP_NUM_THREADS="1")
     out = tmp_path / "out"
-    proc = _check(out, env=env)
+    proc = _check(out, "env", "group", "grid", "agreement", env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     for precision in ("bf16-mixed", "32-true"):
         group = json.loads((out / f"group_{precision}.json").read_text())
@@ -45,6 +46,9 @@ def test_the_gpu_check_runs_on_a_cpu_with_the_tiny_encoder(toy_data_dir, tmp_pat
     for launcher in ("lockstep", "parallel"):
         grid = json.loads((out / f"grid_{launcher}.json").read_text())
         assert grid["cells_done"] == grid["cells_expected"] == 4 and grid["table2_hours_at_this_rate"] > 0
+        # the slice's two sizes weigh Table 2's twelve; the full protocol's 30 epochs scale it up
+        assert set(grid["span_s_by_size"]) == {"8", "16"}
+        assert 0 < grid["table2_hours_by_size"] <= grid["table2_hours_at_30_epochs"]
     assert {c["lockstep_cells"] for c in json.loads((out / "grid_lockstep.json").read_text())["cells"]} == {2}
     agreement = json.loads((out / "agreement.json").read_text())
     assert agreement["complete"] and agreement["paired"] == [0, 1, 2, 3]

@@ -161,6 +161,33 @@ def test_parallel_launcher_pins_trainer_devices(tmp_path, monkeypatch, toy_cfg):
     assert devices.assign(cfg, OmegaConf.create({"_target_": "x.BasicLauncher"}), str(tmp_path))["accelerator"] == "cpu"
 
 
+def test_the_default_launcher_runs_cells_side_by_side_on_a_gpu_and_one_after_another_without(monkeypatch, caplog):
+    """hydra/launcher=auto: on a GPU machine it launches as parallel (GPUs x cells_per_gpu workers,
+    each pinned to its GPU by sweep.devices), on a CPU as local; the console says which."""
+    import logging
+
+    from ner_lightning.sweep import launchers
+
+    ran = []
+    monkeypatch.setattr(launchers.ParallelLauncher, "launch", lambda self, o, i: ran.append(("parallel", self.n_jobs)))
+    monkeypatch.setattr(launchers.LocalLauncher, "launch", lambda self, o, i: ran.append(("local", None)))
+    monkeypatch.setattr(devices, "default_cells_per_gpu", lambda: 4)
+    config = OmegaConf.create({"hydra": {"hydra_logging": None, "verbose": False}})
+    caplog.set_level(logging.INFO, logger="ner_lightning")
+    for gpus, asked, expected in ((2, (None, None), ("parallel", 8)), (2, (3, 1), ("parallel", 3)), (0, (None, None), ("local", None))):
+        monkeypatch.setattr(launchers, "gpu_count", lambda gpus=gpus: gpus)
+        monkeypatch.setattr(devices, "gpu_count", lambda gpus=gpus: gpus)
+        launcher = launchers.AutoLauncher(*asked)
+        launcher.config = config
+        launcher.launch([["size=8"]], 0)
+        assert ran[-1] == expected
+        auto = OmegaConf.create({"_target_": "hydra_plugins.ner_lightning_sweep.AutoLauncher",
+                                 "n_jobs": asked[0], "cells_per_gpu": asked[1]})
+        assert devices._n_jobs(auto) == expected[1]  # what a worker's cell pins itself by
+    assert "2 GPU(s) here, so cells run side by side, 4 per GPU" in caplog.text
+    assert "no GPU here, so one cell after another (hydra/launcher=local)" in caplog.text
+
+
 def test_begin_drops_stale_files_and_resumes_only_the_same_config(tmp_path, toy_cfg):
     out = tmp_path / "cell"
     ck = out / "checkpoints"

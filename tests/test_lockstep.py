@@ -179,9 +179,17 @@ def _dev_rows(cell) -> int:
         return sum(1 for row in csv.DictReader(f) if row.get("val/f1"))
 
 
+def _numbers(scores, path: str = "") -> dict:
+    """A nested dict of scores as {path: number}."""
+    if isinstance(scores, dict):
+        return {k: v for key, value in scores.items() for k, v in _numbers(value, f"{path}/{key}").items()}
+    return {path: scores}
+
+
 def _assert_same_experiments(alone: dict, grouped: dict, cells: int = 3) -> None:
     """Every cell's dev history (each evaluation's scores), selected epoch, epochs, steps, test
-    scores and test predictions are those of the cell alone; its CSV log has one dev row per dev
+    scores (the group's stacked test against each cell's own ``trainer.test``) and test
+    predictions are those of the cell alone; its CSV log has one dev row per dev
     evaluation; results.json names the group."""
     assert sorted(grouped) == sorted(alone)
     for p, a in alone.items():
@@ -190,7 +198,8 @@ def _assert_same_experiments(alone: dict, grouped: dict, cells: int = 3) -> None
         assert (g["epochs"], g["global_steps"], g["best_epoch"]) == (a["epochs"], a["global_steps"], a["best_epoch"])
         assert g["compute"]["train_batches"] == a["compute"]["train_batches"]
         assert g["dev"]["micro"] == pytest.approx(a["dev"]["micro"], abs=1e-9)
-        assert g["test"]["micro"] == pytest.approx(a["test"]["micro"], abs=1e-9)
+        assert g["lockstep"]["test"] == "stacked"  # the group's one test pass, not each cell's trainer.test
+        assert _numbers(g["test"]) == pytest.approx(_numbers(a["test"]), abs=1e-6)  # every score, every type
         assert g["config_sha256"] == a["config_sha256"]
         assert (g["_dir"] / "predictions" / "test.conll").read_text() == (a["_dir"] / "predictions" / "test.conll").read_text()
         assert (g["_dir"] / "predictions" / "dev.conll").read_text() == (a["_dir"] / "predictions" / "dev.conll").read_text()

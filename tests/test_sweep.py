@@ -102,6 +102,7 @@ def test_smoke_multirun_over_every_loss(toy_data_dir, tmp_path):
                     "size=8", "debug=tiny", "data.dev_size=null", "trainer=cpu", "trainer.max_epochs=1", "logger=csv"],
                    tmp_path, toy_data_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "hydra/launcher=auto: " in proc.stdout + proc.stderr  # the default launcher says what it chose
     results = sorted((tmp_path / "multirun").rglob("results.json"))
     assert all(r.parent.parent.parent.parent == tmp_path / "multirun" for r in results)  # dataset.dir's "/" nests nothing
     assert len(results) == len(losses)

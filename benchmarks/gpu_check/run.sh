@@ -9,29 +9,32 @@
 #   env        the machine, the versions, the commit
 #   group      (a) a lockstep group of 8 CE cells (size 50) trains, selects and tests, in bf16-mixed
 #              and in 32-true, under the default logger (W&B offline and CSV): group_<precision>.json
-#   grid       (b) AUC-2T on the paper's Table 2 shape (12 sizes x 8 partitions, trainer.max_epochs=5)
-#              under lockstep, then under the parallel launcher: grid_<launcher>.json, each with the
-#              Table 2 grid (x30 partitions x4 methods) extrapolated at its rate. GRID_LAUNCHERS
-#              lists them, each launcher[:override...] ("lockstep:hydra.launcher.groups_per_gpu=4")
-#   agreement  (c) 16 CE cells (size 50) under lockstep and alone (parallel): paired test-F1
-#              differences: agreement.json
+#   grid       (b) a complete slice of the AUC-2T paper's Table 2: sizes 50 and 500 x 30 partitions,
+#              every cell to its end (GRID_EPOCHS=10, early stopping on), under lockstep, then under
+#              the parallel launcher: grid_<launcher>.json, each with the Table 2 grid (12 sizes x 30
+#              partitions x 4 methods) extrapolated from its slice, size by size, at the slice's epochs
+#              and at the full protocol's 30 (summary.py). GRID_LAUNCHERS lists them, each
+#              launcher[:override...] ("lockstep:hydra.launcher.groups_per_gpu=4")
+#   agreement  (c, asked by name) 16 CE cells (size 50) under lockstep and alone (parallel): paired
+#              test-F1 differences: agreement.json
 # The same script runs on a CPU (CHECK_DEVICE=cpu, the tiny encoder: tests/test_gpu_check.py), so on
 # a GPU only the device changes. CHECK_MODEL, CHECK_EXTRA (overrides of every run), GROUP_SIZE,
 # GRID_SIZES, GRID_PARTITIONS and AGREE_PARTITIONS shape it.
 set -u
 OUT=${1:?usage: benchmarks/gpu_check/run.sh OUT [PART ...]}; shift
-PY=${PY:-python3}; PARTS=${*:-env group grid agreement}
+PY=${PY:-python3}; PARTS=${*:-env group grid}
 DEVICE=${CHECK_DEVICE:-gpu}; MODEL=${CHECK_MODEL:-minilm}; EXTRA=${CHECK_EXTRA:-}
 GROUP_SIZE=${GROUP_SIZE:-50}
-GRID_SIZES=${GRID_SIZES:-20,50,100,150,200,250,300,350,400,450,500,1000}
-GRID_PARTITIONS=${GRID_PARTITIONS:-0,1,2,3,4,5,6,7}
+GRID_SIZES=${GRID_SIZES:-50,500}
+GRID_PARTITIONS=${GRID_PARTITIONS:-$(seq -s, 0 29)}
+GRID_EPOCHS=${GRID_EPOCHS:-10}
 GRID_LAUNCHERS=${GRID_LAUNCHERS:-lockstep parallel}
 AGREE_PARTITIONS=${AGREE_PARTITIONS:-0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}
 # Seconds: env (a cold import of torch, transformers and Lightning took over 10 s on an H200
 # machine); each precision of group; each launcher of grid; each side of agreement; each summary.
-# (A process that ignores SIGTERM at its limit is killed 5 s later.)
-L_ENV=20; L_GROUP=65; L_GRID=115; L_AGREE=75; L_SUMMARY=5
-TOTAL=$((L_ENV + 2 * L_GROUP + 2 * L_GRID + 2 * L_AGREE + 20 + 4 * L_SUMMARY))
+# (A process that ignores SIGTERM at its limit is killed 5 s later.) TOTAL: the default parts.
+L_ENV=20; L_GROUP=65; L_GRID=170; L_AGREE=75; L_SUMMARY=5
+TOTAL=$((L_ENV + 2 * L_GROUP + 2 * L_GRID + 4 * L_SUMMARY))
 export WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 # The offline bundle's tar rewrites the target of the link ner_lightning/conf -> ../conf: point it back.
@@ -56,7 +59,7 @@ summary() {  # summary SWEEP OUT.json WALL RC [EXPECTED]
 }
 for p in $PARTS; do
   case $p in
-    limits) echo "limits: env $L_ENV s, group 2x$L_GROUP s, grid 2x$L_GRID s, agreement 2x$L_AGREE+20 s, summaries 4x$L_SUMMARY s: $TOTAL s in all" ;;
+    limits) echo "limits: env $L_ENV s, group 2x$L_GROUP s, grid 2x$L_GRID s, summaries 4x$L_SUMMARY s: $TOTAL s in all (agreement, asked by name: 2x$L_AGREE+20 s)" ;;
     env) part env
       timeout "$L_ENV" bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || lscpu | grep 'Model name'; nproc
         $PY -c 'import torch, transformers, pytorch_lightning as pl; print(\"torch\", torch.__version__, \"| transformers\", transformers.__version__, \"| lightning\", pl.__version__)'
@@ -76,7 +79,7 @@ for p in $PARTS; do
         name=grid_$(sed 's/hydra\.launcher\.//g; s/:/_/g; s/=/-/g' <<< "$spec")
         read -r wall rc < <(run "$L_GRID" "$WORK/$name" loss=auc2t size="$GRID_SIZES" partition="$GRID_PARTITIONS" \
           hydra/launcher=$launcher $overrides trainer.precision=bf16-mixed callbacks.eval_precision.precision=bf16-mixed \
-          logger=csv trainer.max_epochs=5 $COMMON)
+          logger=csv trainer.max_epochs=$GRID_EPOCHS trainer.min_epochs=3 data.dev_size=500 $COMMON)
         summary "$WORK/$name" "$OUT/$name.json" "$wall" "$rc" "$expected"
       done ;;
     agreement) part agreement  # (c)

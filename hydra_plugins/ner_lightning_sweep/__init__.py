@@ -1,7 +1,7 @@
 """Hydra loads sweepers and launchers only from classes defined in the ``hydra_plugins``
 namespace: these name ours, which live in ``ner_lightning/sweep/`` (the lockstep launcher in
 ``ner_lightning/lockstep/launcher.py``, above the cell's run it drives) (conf/hydra/sweeper/grid.yaml,
-conf/hydra/launcher/local.yaml, parallel.yaml, lockstep.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
+conf/hydra/launcher/auto.yaml, local.yaml, parallel.yaml, lockstep.yaml, conf/hydra/sweeper/optuna_resumable.yaml)."""
 
 from ner_lightning.lockstep import launcher as lockstep_launcher
 from ner_lightning.sweep import launchers, optuna, sweeper
@@ -17,6 +17,10 @@ class LocalLauncher(launchers.LocalLauncher):
 
 class ParallelLauncher(launchers.ParallelLauncher):
     """See :class:`ner_lightning.sweep.launchers.ParallelLauncher`."""
+
+
+class AutoLauncher(launchers.AutoLauncher):
+    """See :class:`ner_lightning.sweep.launchers.AutoLauncher`."""
 
 
 class LockstepLauncher(lockstep_launcher.LockstepLauncher):

@@ -119,11 +119,12 @@ def setup_cell(cfg: DictConfig, cell: Cell) -> CellRun:
 class FitEnd:
     """How a cell's fit ended: the ``last.ckpt`` it resumed from, the checkpoint of the selected
     weights (None: those in the module) and, for a fit the Trainer did not run (a lockstep
-    group's), its (epochs, optimiser steps)."""
+    group's), its (epochs, optimiser steps) and whether it was tested (a group's stacked test)."""
 
     resumed_from: Path | None = None
     checkpoint: str | None = None
     position: tuple[int, int] | None = None
+    tested: bool = False  # tested already, the selected weights in the module (a lockstep group's stacked test)
 
 
 def fit_and_finish(cfg: DictConfig, cell: Cell, run: CellRun, resume: Path | None) -> CellResult:
@@ -148,7 +149,7 @@ def finish_cell(cfg: DictConfig, cell: Cell, run: CellRun, end: FitEnd) -> CellR
     settings = run_settings(cfg)
     out_dir = settings.out_dir()
     module, trainer, ckpt = run.module, run.trainer, end.checkpoint
-    if settings.evaluate_test:
+    if settings.evaluate_test and not end.tested:
         with PROCESS.phase("test"):
             trainer.test(module, datamodule=run.datamodule, ckpt_path=ckpt, verbose=False)
     with PROCESS.phase("writes"):

@@ -7,6 +7,9 @@ keep for a cell trained alone, kept for it while it trains in the group.
   evaluation), the selected weights held in memory and written as the cell's own ``best.ckpt``
   (a plain single-cell checkpoint) before the group's ``last.ckpt`` and at the end, and its dev
   predictions as its ``PredictionWriter`` holds and writes them;
+* its test, in the group's stacked test of every cell's selected weights (``group_module``): its
+  scores kept and logged as ``trainer.test`` keeps them, its callbacks' test hooks driven with
+  its view of the trainer (the test predictions file, its test tokens);
 * early stopping by its own ``EarlyStopping`` object, driven through its public hooks with the
   cell's view of the group's Trainer (``cell_trainer.CellTrainer``), and when the stop takes effect
   as Lightning's fit loop decides it (``trainer.should_stop`` holds once set; training ends at the
@@ -27,6 +30,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
 from ner_lightning.callbacks.checkpointing import selecting_checkpoint
 from ner_lightning.callbacks.predictions import PredictionWriter
+from ner_lightning.export.folder import read_tensors
 from ner_lightning.lockstep.cell_trainer import CellTrainer
 from ner_lightning.lockstep.members import Member
 from ner_lightning.results import best_epoch
@@ -73,7 +77,7 @@ class CellFit:
 
     def attach(self, group: pl.Trainer) -> None:
         """The group's fit begins: the cell's view of its Trainer, and its callbacks' ``setup``."""
-        self.view = CellTrainer(group, self.member.run.loggers)
+        self.view = CellTrainer(group, self.member.run.loggers, self.member.run.datamodule)
         if self.stopping is not None:
             self.stopping.setup(self._trainer(), self.module, "fit")
 
@@ -176,6 +180,24 @@ class CellFit:
         if self.writer is not None and (monitor is None or best_epoch(history, monitor, mode) is history[-1]):
             self.writer.hold(self.module.predictions["val"])
 
+    # --- test -----------------------------------------------------------------------------------
+    def test_hook(self, hook: str, *args) -> None:
+        """Lightning's test ``hook`` of each of the cell's own callbacks, on its view of the trainer."""
+        for callback in self.member.run.callbacks:
+            getattr(callback, hook)(self._trainer(), self.module, *args)
+
+    def tested(self, scores: dict, predicted: PredictedTags) -> None:
+        """The stacked test of the cell's selected weights: its scores kept (``record.test``) and
+        logged at its last step, its predictions for its callbacks' ``on_test_end``."""
+        module, dm = self.module, self.member.run.datamodule
+        module.predictions["test"] = {dm.corpus_names[0]: predicted}
+        metrics = module.record_scores("test", scores, self.epochs)
+        for lg in self.member.run.loggers:
+            lg.log_metrics({**metrics, "epoch": self.epochs}, step=max(self.steps - 1, 0))
+        self.member.tested = True
+        if self.member.run.lockstep is not None:
+            self.member.run.lockstep["test"] = "stacked"  # results.json: tested in the group's one pass
+
     # --- checkpoints ----------------------------------------------------------------------------
     def saved(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A copy of what the cell's own ``state_dict`` holds of ``state`` (not the non-persistent
@@ -203,9 +225,23 @@ class CellFit:
             "pytorch-lightning_version": pl.__version__,
             "state_dict": {n: t.cpu() for n, t in self.held.items()},
         }
-        self.member.run.trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, path)
+        trainer = self.view.group if self.view is not None else self.member.run.trainer  # the group's writer thread
+        trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, path)
         self.held = None
         self.member.checkpoint = str(path)
+
+    def end_with_selected(self, final: dict[str, torch.Tensor]) -> None:
+        """The fit ended: the cell's module takes the weights ``trainer.test(ckpt_path=best)`` would
+        test — its selection (held, or its ``best.ckpt`` from an earlier attempt) or, having
+        selected nothing, ``final`` (its latest weights in the stack) — and what it holds is written."""
+        if self.selection is not None and self.held is not None:
+            weights = self.held
+        elif self.selection is not None and self.member.checkpoint is not None:
+            weights = read_tensors(self.member.checkpoint)["state_dict"]
+        else:
+            weights = self.saved(final)
+        self.module.load_state_dict({n: t.cpu() for n, t in weights.items()})
+        self.write_held()
 
     def state_dict(self) -> dict:
         """What the group's ``last.ckpt`` keeps of this cell."""

@@ -3,7 +3,10 @@
 The Trainer is the cells' own ``trainer`` config (max/min epochs, dev every n epochs or every n
 batches, ``limit_*_batches``, ``max_time``, precision, progress bar), with the group's resume
 checkpoint (``last.ckpt`` in the group's folder, written as each cell's ``callbacks.last_checkpoint``
-asks) as its only callback and no logger of its own: each cell logs to its own loggers. The
+asks) as its only callback and no logger of its own: each cell logs to its own loggers. Its
+checkpoints (the cells' ``best.ckpt``, then ``last.ckpt``) are written off the training thread, in
+order (``AsyncCheckpointIO``); ``results.json`` gives ``lockstep.resume_checkpoint_mb``, the
+group's ``last.ckpt`` per cell. The
 training loader is a ``CombinedLoader`` of the cells' loaders; dev is the first cell's loader
 (the dev split, and its batches, are the same for every cell of a group).
 
@@ -23,6 +26,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.plugins.io import AsyncCheckpointIO
 from pytorch_lightning.utilities import CombinedLoader
 
 from ner_lightning.callbacks.checkpointing import ResumeCheckpoint
@@ -62,6 +66,9 @@ def _group_trainer(cfg: DictConfig, folder: Path):
     trainer = instantiate_trainer(
         own, callbacks=callbacks, logger=False, gradient_clip_val=None, enable_checkpointing=bool(callbacks)
     )
+    # the cells' best.ckpt and the group's last.ckpt written in that order by one background thread
+    # (Lightning's AsyncCheckpointIO, over the cells' own CheckpointIO); the fit's end waits for them
+    trainer.strategy.checkpoint_io = AsyncCheckpointIO(trainer.strategy.checkpoint_io)
     return trainer, last is not None
 
 
@@ -78,8 +85,9 @@ def _keep_csv_history(members: list[Member]) -> None:
 
 
 def fit_group(members: list[Member], folder: Path) -> None:
-    """Train the members in lockstep; each ends with ``position`` (epochs, steps), ``checkpoint``
-    (its ``best.ckpt``) or, selecting nothing, its final weights in its module, or ``error``.
+    """Train the members in lockstep, then test them in one stacked pass (``evaluate_test``); each
+    ends with ``position`` (epochs, steps), ``checkpoint`` (its ``best.ckpt``), the weights it
+    tested in its module and its test scores (``tested``), or ``error``.
     ``folder`` holds the group's ``last.ckpt``; a loadable one there is resumed."""
     cfg = members[0].cfg
     n_batches = {len(m.run.datamodule.train_dataloader()) for m in members}
@@ -114,3 +122,12 @@ def fit_group(members: list[Member], folder: Path) -> None:
             val_dataloaders=members[0].run.datamodule.val_dataloader(),
             ckpt_path=str(resume) if resume else None,
         )
+    if last.is_file():  # what resuming costs the group, per cell
+        for m in members:
+            m.run.lockstep = {
+                **(m.run.lockstep or {}),
+                "resume_checkpoint_mb": round(last.stat().st_size / 1e6 / len(members), 1),
+            }
+    if bool(cfg.evaluate_test) and module.tested_cells():
+        with PROCESS.phase("test"):  # every cell's selected weights in one stacked pass
+            trainer.test(module, dataloaders=members[0].run.datamodule.test_dataloader(), verbose=False)

@@ -12,6 +12,9 @@ trained by Lightning's own fit loop.
 * **Dev evaluation** reads each dev batch once and scores it with the models of the cells still
   training; each cell's evaluation, selection and stopping is its own (``cell_fit.CellFit``). The
   fit ends when every cell has stopped (``trainer.should_stop``) or at ``max_epochs``.
+* **Test** (``trainer.test`` of this module after the fit): every cell's selected weights in its
+  rows of the stack, the test batches read once and scored by the K models at once; each cell's
+  scores, logs and test predictions are its own (``CellFit.tested``), as its ``trainer.test`` gives.
 * **Checkpoint**: the group's ``last.ckpt`` holds the stacked weights, the optimiser and schedule,
   Lightning's loops, every cell's :class:`CellFit` state and the random generators; a rerun resumes
   from it (``trainer.fit(ckpt_path=…)``) and each cell ends as if uninterrupted.
@@ -56,6 +59,8 @@ class LockstepModule(pl.LightningModule):
     def setup(self, stage: str) -> None:
         """Each cell's own set-up from its data (``NERModule.fit_to_data``: WCE's class weights),
         then the stack."""
+        if stage != "fit":  # the stacked test after the fit: the cells are attached and stacked
+            return
         for cell in self.cells:
             cell.attach(self.trainer)
         if self.stack is not None:
@@ -130,36 +135,90 @@ class LockstepModule(pl.LightningModule):
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         cells = self.training_cells()
-        if not cells:
-            return
-        stack = self.stacked()
-        with torch.autocast(self.device.type, enabled=False):
-            dtype = self._autocast_dtype(self.eval_precision or self.trainer.precision)
-            ids = stack.family.decode_scores(stack.scores(batch, cells, dtype))
-        self._collected.append((ids, layout_of(batch), cells))
+        if cells:
+            self._collected.append((self._decoded(batch, cells), layout_of(batch), cells))
 
     def on_validation_epoch_end(self) -> None:
-        """Every training cell's dev scores at once: its decoded tags laid out as the split's words
-        and counted against the gold spans on the device (``span_counts``), one host copy of the
-        counts for the whole group; then each cell's own selection and stopping."""
+        """Every training cell's dev scores at once (:meth:`_scored`), then each cell's own
+        selection and stopping."""
         collected, self._collected = self._collected, []
         if self.trainer.sanity_checking or not collected:
             return
         epochs_done = None if self._at_last_batch else self.current_epoch  # mid-epoch: the epochs behind it
         limited = bool(self.trainer.fast_dev_run) or self.trainer.limit_val_batches != 1.0  # type: ignore[attr-defined]
-        first = self.cells[0]
-        dm = first.member.run.datamodule
-        counter = first.module.split_counter(dm, "dev", dm.corpus_names[0])
-        placed = first.module.placed_tags([(ids, layout) for ids, layout, _ in collected], counter, 0, "val", limited)
-        counts = counter.counts(placed.tags, placed.counted).cpu().numpy()
         stack = self.stacked()
-        for row, k in enumerate(collected[0][2]):
-            predicted = PredictedTags(counter, placed.tags[row], placed.seen)
-            self.cells[k].evaluated(
-                counter.scores(counts[row]), predicted, self.current_epoch, stack.cell_state(k), epochs_done
-            )
+        for k, scores, predicted in self._scored(collected, "dev", limited):
+            self.cells[k].evaluated(scores, predicted, self.current_epoch, stack.cell_state(k), epochs_done)
         if not self.training_cells():
             self.trainer.should_stop = True
+
+    def _decoded(self, batch: dict, cells: list[int]) -> torch.Tensor:
+        """The label ids ``(len(cells), B, W)`` of one batch every cell reads, in the evaluation's
+        precision, heads and decoding in fp32."""
+        stack = self.stacked()
+        with torch.autocast(self.device.type, enabled=False):
+            dtype = self._autocast_dtype(self.eval_precision or self.trainer.precision)
+            return stack.family.decode_scores(stack.scores(batch, cells, dtype))
+
+    def _scored(self, collected: list, split: str, limited: bool) -> list[tuple[int, dict, PredictedTags]]:
+        """Each cell's span scores and tags of ``split`` from the stacked decoded batches: the tags
+        laid out as the split's words and counted against its gold spans on the device
+        (``span_counts``), one host copy of the counts for the whole group."""
+        first = self.cells[0]
+        dm = first.member.run.datamodule
+        counter = first.module.split_counter(dm, split, dm.corpus_names[0], self.device)
+        stage = "val" if split == "dev" else split
+        placed = first.module.placed_tags([(ids, layout) for ids, layout, _ in collected], counter, 0, stage, limited)
+        counts = counter.counts(placed.tags, placed.counted).cpu().numpy()
+        return [
+            (k, counter.scores(counts[row]), PredictedTags(counter, placed.tags[row], placed.seen))
+            for row, k in enumerate(collected[0][2])
+        ]
+
+    # --- the stacked test -----------------------------------------------------------------------
+    def tested_cells(self) -> list[int]:
+        """The cells with a result to test (not stopped by an error)."""
+        return [k for k, c in enumerate(self.cells) if c.member.error is None]
+
+    def on_test_start(self) -> None:
+        """Each cell's selected weights (its module's, ``CellFit.end_with_selected``) into its rows
+        of the stack, evaluated in its evaluation precision."""
+        stack = self.stacked()
+        for k in self.tested_cells():
+            cell = self.cells[k]
+            if self.eval_precision is not None:
+                cell.module.evaluate_in(self.eval_precision)
+            stack.load_cell_state(k, cell.module.state_dict())
+            cell.test_hook("on_test_start")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        cells = self.tested_cells()
+        for k in cells:
+            self.cells[k].test_hook("on_test_batch_start", batch, batch_idx)
+        if cells:
+            self._collected.append((self._decoded(batch, cells), layout_of(batch), cells))
+
+    def on_test_epoch_end(self) -> None:
+        """Every cell's test scores at once; each cell keeps and logs its own (``CellFit.tested``)."""
+        collected, self._collected = self._collected, []
+        for k in self.tested_cells():
+            self.cells[k].test_hook("on_test_epoch_end")
+        if not collected:
+            return
+        limited = bool(self.trainer.fast_dev_run) or self.trainer.limit_test_batches != 1.0  # type: ignore[attr-defined]
+        for k, scores, predicted in self._scored(collected, "test", limited):
+            self.cells[k].tested(scores, predicted)
+
+    def on_test_end(self) -> None:
+        for k in self.tested_cells():
+            self.cells[k].test_hook("on_test_end")
+
+    def teardown(self, stage: str) -> None:
+        """The end of the group's fit or test: each cell's loggers finalized, as a Trainer's own
+        teardown finalizes its loggers (the CSV file written)."""
+        for cell in self.cells:
+            for lg in cell.member.run.loggers:
+                lg.finalize("success")
 
     # --- the group's checkpoint -----------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -179,13 +238,11 @@ class LockstepModule(pl.LightningModule):
         set_rng_states(state["rng"])
 
     def on_train_end(self) -> None:
-        """Each cell ends holding its selected weights on disk, or — selecting nothing — its final
-        weights in its module."""
+        """Each cell ends with the weights it tests in its module (its selection, also on disk; or,
+        selecting nothing, its final weights)."""
         dtype = self.stacked().step_dtype
         for k, cell in enumerate(self.cells):
             if cell.member.run.lockstep is not None and dtype is not None:  # what the stacked step ran in
                 cell.member.run.lockstep["step_dtype"] = str(dtype).removeprefix("torch.")
-            cell.write_held()
-            if cell.selection is None:
-                cell.module.load_state_dict({n: t.cpu() for n, t in cell.saved(self.stacked().cell_state(k)).items()})
+            cell.end_with_selected(self.stacked().cell_state(k))
             cell.member.position = (cell.epochs, cell.steps)

@@ -113,9 +113,10 @@ class LockstepTasks:
         batches = sorted({len(m.run.datamodule.train_dataloader()) for m in members})
         if why is None and len(batches) > 1:
             why = f"their partitions make different numbers of batches per epoch ({batches})"
-        first_dev = member.run.datamodule.sentences_of("dev")
-        if why is None and any(m.run.datamodule.sentences_of("dev") != first_dev for m in members[1:]):
-            why = "their dev sets differ (a group reads one dev set for every cell)"
+        for split in ("dev", "test"):
+            first = member.run.datamodule.sentences_of(split)
+            if why is None and any(m.run.datamodule.sentences_of(split) != first for m in members[1:]):
+                why = f"their {split} sets differ (a group reads one {split} set for every cell)"
         hidden = module.encoder.hidden_size
         if why is None and member.run.trainer.strategy.root_device.type == "cpu" and hidden > self.cpu_max_hidden:
             why = (

@@ -51,5 +51,5 @@ def close_member(member: Member) -> float | None:
             raise member.error
         if member.run.lockstep is None:
             return fit_and_finish(cfg, member.cell, member.run, member.resume).dev_monitor
-        end = FitEnd(checkpoint=member.checkpoint, position=member.position)
+        end = FitEnd(checkpoint=member.checkpoint, position=member.position, tested=member.tested)
         return finish_cell(cfg, member.cell, member.run, end).dev_monitor

@@ -28,7 +28,8 @@ GROUP_CALLBACKS = (
 class Member:
     """One cell of a lockstep group: its config, who it is, what its set-up built, and what the
     group's fit left for it (``position``: epochs, optimiser steps; ``checkpoint``: its selected
-    weights; ``error``: why it stopped without a result)."""
+    weights; ``tested``: the group's stacked test scored them; ``error``: why it stopped without a
+    result)."""
 
     cfg: DictConfig
     cell: Cell
@@ -38,6 +39,7 @@ class Member:
     started: float = 0.0  # time.time() of its set-up
     position: tuple[int, int] = (0, 0)
     checkpoint: str | None = None
+    tested: bool = False
     error: BaseException | None = None
 
 

@@ -161,6 +161,13 @@ class StackedCells(nn.Module):
         tensors = {**self.params(), **self.buffers_by_name()}
         return {n.removeprefix("family."): t[k] for n, t in tensors.items()}
 
+    @torch.no_grad()
+    def load_cell_state(self, k: int, state: dict[str, torch.Tensor]) -> None:
+        """Cell ``k``'s rows set to ``state`` (its module's ``state_dict``: the weights it tests)."""
+        for name, rows in self.cell_state(k).items():
+            if name in state:
+                rows.copy_(state[name])
+
     # --- the maps -------------------------------------------------------------------------------
     def _loss(self, params: dict, buffers: dict, batch: dict, dtype: torch.dtype | None) -> torch.Tensor:
         return functional_call(self._base[0], (params, buffers), (batch,), {"dtype": dtype})

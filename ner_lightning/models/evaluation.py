@@ -120,16 +120,18 @@ class SpanEvaluation(pl.LightningModule):
         self.predictions.setdefault(stage, {})[corpus] = PredictedTags(counter, placed.tags, placed.seen)
         return counter.scores(counts)
 
-    def split_counter(self, dm: ModelData, split: str, corpus: str) -> SplitCounter:
-        """The gold spans of a corpus's split, indexed once on this module's device (tag index =
-        label id; a gold tag outside the label set, which no prediction can match, after them)."""
-        key = (split, corpus, str(self.device))
+    def split_counter(self, dm: ModelData, split: str, corpus: str, device: torch.device | None = None) -> SplitCounter:
+        """The gold spans of a corpus's split, indexed once on ``device`` (None: this module's; a
+        lockstep group's is its stack's) — tag index = label id; a gold tag outside the label set,
+        which no prediction can match, after them."""
+        device = device or self.device
+        key = (split, corpus, str(device))
         if key not in self._counters or self._counters[key][0] is not dm:
             id2label = self.id2label if corpus == dm.corpus_names[0] else self.id2label_of(corpus)
             labels = [id2label[i] for i in range(len(id2label))]
             gold = dm.gold_tags(split, corpus)
             extra = sorted({t for s in gold for t in s} - set(labels))
-            self._counters[key] = (dm, SplitCounter(TagCodes(labels + extra), gold, self.device), {})
+            self._counters[key] = (dm, SplitCounter(TagCodes(labels + extra), gold, device), {})
         return self._counters[key][1]
 
     def placed_tags(self, batches: list, counter: SplitCounter, corpus: int, stage: str, limited: bool) -> PlacedWords:

@@ -95,6 +95,13 @@ def default_parallel_jobs(cells_per_gpu: int = 1) -> int:
     return gpu_count() * int(cells_per_gpu) or min(os.cpu_count() or 1, 8)
 
 
+def auto_jobs(n_jobs: int | None, cells_per_gpu: int | None) -> tuple[int, int]:
+    """``hydra/launcher=auto``'s worker processes and cells per GPU on a GPU machine: those asked,
+    else ``parallel``'s defaults."""
+    per_gpu = int(cells_per_gpu) if cells_per_gpu is not None else default_cells_per_gpu()
+    return (int(n_jobs) if n_jobs is not None else default_parallel_jobs(per_gpu)), per_gpu
+
+
 def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
     """Pin this job to its worker's device when launched by the ``parallel`` launcher (its GPU
     as ``trainer.devices``, and its share of the cores as the torch thread count) and
@@ -112,6 +119,7 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
         return describe(cfg)
     slot = claim_slot(Path(sweep_dir) / ".slots", n_jobs)
     per_gpu = launcher_cfg.get("cells_per_gpu", launcher_cfg.get("groups_per_gpu", 1))  # parallel / lockstep
+    per_gpu = per_gpu or auto_jobs(n_jobs, None)[1]  # auto's default
     device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1, int(per_gpu))
     if device["accelerator"] == "gpu":
         with open_dict(cfg):
@@ -121,8 +129,11 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
 
 
 def _n_jobs(launcher_cfg) -> int | None:
-    """``hydra.launcher.n_jobs`` of the ``parallel`` and ``lockstep`` launchers; None for any other."""
+    """``hydra.launcher.n_jobs`` of the ``parallel`` and ``lockstep`` launchers (and of ``auto``
+    where it runs as ``parallel``: on a GPU); None for any other."""
     target = str(launcher_cfg.get("_target_", "")) if launcher_cfg is not None else ""
+    if target.endswith("AutoLauncher"):
+        return auto_jobs(launcher_cfg.get("n_jobs"), launcher_cfg.get("cells_per_gpu"))[0] if gpu_count() else None
     if not target.endswith(("JoblibLauncher", "ParallelLauncher", "LockstepLauncher")):
         return None
     n_jobs = int(launcher_cfg.n_jobs)
