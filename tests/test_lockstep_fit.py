@@ -75,6 +75,44 @@ def _epochs_logged(metrics_csv) -> set[int]:
         return {int(float(row["epoch"])) for row in csv.DictReader(f) if row.get("train/loss_epoch")}
 
 
+@pytest.mark.slow
+def test_a_group_killed_while_its_cells_close_resumes_the_rest_from_its_checkpoint(toy_data_dir, tmp_path):
+    """The sweep is SIGKILLed once the group's first cell has its results.json, before the others:
+    the rerun forms a group of the cells left, resumes it from the killed group's last.ckpt (their
+    rows of it), trains none of their epochs again, and each ends as in the uninterrupted sweep."""
+    extra = [*SEVERAL, "trainer.max_epochs=6", "callbacks.last_checkpoint.min_interval_s=0"]
+    partitions = "0,1,2,3,4,5,6,7"
+    whole = _sweep("lockstep", tmp_path, toy_data_dir, *extra, partitions=partitions)
+
+    sweep = tmp_path / "killed"
+    args = ["-m", f"partition={partitions}", *TOY, "trainer.max_epochs=3", "trainer.min_epochs=3", *NO_DROPOUT,
+            "hydra/launcher=lockstep", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", *extra]
+    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true")
+    proc = subprocess.Popen([sys.executable, "-m", "ner_lightning.run", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not list(sweep.glob("*/results.json")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    closed = {json.loads(p.read_text())["partition"]["partition"] for p in sweep.glob("*/results.json")}
+    assert 1 <= len(closed) < 8, f"killed with {len(closed)} of 8 cells closed"
+
+    rerun = run_cli(args, tmp_path, toy_data_dir)
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, out[-3000:]
+    assert "(its rows [" in out  # the cells left, as rows of the killed group's checkpoint
+    for p in sweep.glob("*/results.json"):
+        result = json.loads(p.read_text())
+        partition = result["partition"]["partition"]
+        _same_results(whole[partition], result)
+        if partition not in closed:
+            rerun_epochs = _epochs_logged(p.parent / "csv" / "metrics.csv")
+            assert 0 not in rerun_epochs and len(rerun_epochs) < result["epochs"], rerun_epochs
+    assert len(list(sweep.glob("*/results.json"))) == 8
+    assert not (sweep / "lockstep").exists()
+
+
 def _inspect(path) -> list[dict]:
     proc = subprocess.run([*WANDB, "leet", "inspect", "--json", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

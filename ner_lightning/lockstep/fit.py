@@ -14,12 +14,14 @@ Dropout: inside ``vmap`` every cell draws from one random stream, which a cell's
 set apart from the others'; the stream is seeded from the group (its cells' identities, in order),
 so a cell trained with dropout is reproducible as a member of its group, and results.json names the
 group (``lockstep.group``, ``lockstep.group_sha256``). Without dropout a cell's result does not
-depend on its group.
+depend on its group — nor on a group re-formed, on a rerun, from the cells of an earlier one that
+had not ended (:func:`group_folder`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -36,13 +38,34 @@ from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep.cell_fit import CellFit
 from ner_lightning.lockstep.group_module import LockstepModule
 from ner_lightning.lockstep.members import Member
+from ner_lightning.results import write_json_atomic
 
 log = logging.getLogger("ner_lightning")
 
 
 def group_sha256(members: list[Member]) -> str:
     """The group's identity: its cells' config identities, in order."""
-    return hashlib.sha256(" ".join(m.cell.config_sha256 or m.cell.prefix for m in members).encode()).hexdigest()
+    return hashlib.sha256(" ".join(_identities(members)).encode()).hexdigest()
+
+
+def _identities(members: list[Member]) -> list[str]:
+    return [m.cell.config_sha256 or m.cell.prefix for m in members]
+
+
+def group_folder(root: Path, members: list[Member]) -> tuple[Path, list[int] | None]:
+    """Where the group keeps its ``last.ckpt``: its own folder under ``root``, or — when a group of
+    an earlier attempt held these cells and others that ended before it was stopped (while its
+    cells were closed) — that group's folder, with the rows of these cells in its checkpoint."""
+    mine = _identities(members)
+    for record in sorted(root.glob("*/cells.json")):
+        try:
+            earlier = json.loads(record.read_text())["cells"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a group's record: ignored
+        last = record.parent / "last.ckpt"
+        if isinstance(earlier, list) and set(mine) < set(earlier) and last.is_file() and loadable(last):
+            return record.parent, [earlier.index(sha) for sha in mine]
+    return root / group_sha256(members)[:16], None
 
 
 def _group_trainer(cfg: DictConfig, folder: Path):
@@ -84,11 +107,12 @@ def _keep_csv_history(members: list[Member]) -> None:
             metrics.replace(metrics.with_name(f"metrics.attempt{k}.csv"))
 
 
-def fit_group(members: list[Member], folder: Path) -> None:
+def fit_group(members: list[Member], folder: Path, rows: list[int] | None = None) -> None:
     """Train the members in lockstep, then test them in one stacked pass (``evaluate_test``); each
     ends with ``position`` (epochs, steps), ``checkpoint`` (its ``best.ckpt``), the weights it
     tested in its module and its test scores (``tested``), or ``error``.
-    ``folder`` holds the group's ``last.ckpt``; a loadable one there is resumed."""
+    ``folder`` holds the group's ``last.ckpt``; a loadable one there is resumed (``rows``: these
+    cells' in an earlier, larger group's, :func:`group_folder`)."""
     cfg = members[0].cfg
     n_batches = {len(m.run.datamodule.train_dataloader()) for m in members}
     if len(n_batches) != 1:
@@ -98,12 +122,14 @@ def fit_group(members: list[Member], folder: Path) -> None:
     min_epochs = int(cfg.trainer.get("min_epochs") or 0)
     cells = [CellFit.of(m, min_epochs) for m in members]
     eval_precision = OmegaConf.select(cfg, "callbacks.eval_precision.precision")
-    module = LockstepModule(cells, cfg.trainer.get("gradient_clip_val"), eval_precision)
+    module = LockstepModule(cells, cfg.trainer.get("gradient_clip_val"), eval_precision, rows)
     last = folder / "last.ckpt"
     resume = last if resumable and last.is_file() and loadable(last) else None
     if resume is not None:
-        log.info("lockstep group resumes from %s", resume)
+        log.info("lockstep group resumes from %s%s", resume, f" (its rows {rows})" if rows is not None else "")
         _keep_csv_history(members)
+    if rows is None:
+        write_json_atomic(folder / "cells.json", {"cells": _identities(members)})
     torch.manual_seed(int(group_sha256(members)[:15], 16))  # the group's dropout stream (module docstring)
     for m in members:
         m.cell.progress.follow(trainer)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import pytorch_lightning as pl
 import torch
+from lightning_utilities.core.apply_func import apply_to_collection
 from transformers import get_linear_schedule_with_warmup
 
 from ner_lightning.checkpoint_io import rng_states, set_rng_states
@@ -40,10 +41,18 @@ from ner_lightning.span_counts import PredictedTags
 class LockstepModule(pl.LightningModule):
     """The group's cells (their :class:`CellFit`) trained as one stacked model (module docstring).
     ``clip_norm``: each cell's ``trainer.gradient_clip_val``; ``eval_precision``: the precision of
-    its dev evaluations (None: the Trainer's)."""
+    its dev evaluations (None: the Trainer's); ``rows``: the cells' rows in an earlier, larger
+    group's checkpoint that it resumes (None: its own)."""
 
-    def __init__(self, cells: Sequence[CellFit], clip_norm: float | None, eval_precision: str | None):
+    def __init__(
+        self,
+        cells: Sequence[CellFit],
+        clip_norm: float | None,
+        eval_precision: str | None,
+        rows: list[int] | None = None,
+    ):
         super().__init__()
+        self.rows = rows  # the cells' rows in the checkpoint it resumes, when an earlier group wrote it
         self.automatic_optimization = False
         self.cells = list(cells)  # not submodules: each cell's module keeps its own weights for its test
         self.clip_norm = clip_norm
@@ -229,6 +238,8 @@ class LockstepModule(pl.LightningModule):
         checkpoint["lockstep"] = {"cells": [cell.state_dict() for cell in self.cells], "rng": rng_states()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if self.rows is not None:
+            rows_of(checkpoint, self.rows)
         state = checkpoint["lockstep"]
         if len(state["cells"]) != len(self.cells):
             raise ValueError(f"the group's checkpoint holds {len(state['cells'])} cells, this group {len(self.cells)}")
@@ -246,3 +257,19 @@ class LockstepModule(pl.LightningModule):
                 cell.member.run.lockstep["step_dtype"] = str(dtype).removeprefix("torch.")
             cell.end_with_selected(self.stacked().cell_state(k))
             cell.member.position = (cell.epochs, cell.steps)
+
+
+def rows_of(checkpoint: dict, rows: list[int]) -> None:
+    """An earlier group's checkpoint cut to the cells at ``rows`` (in this group's order), before
+    Lightning loads it: every stacked tensor of the weights and of the optimiser's state (those with
+    the cell axis first), and each cell's own state; the loops, schedule and generators are shared."""
+    cells = len(checkpoint["lockstep"]["cells"])
+
+    def cut(t: torch.Tensor) -> torch.Tensor:
+        return t.index_select(0, torch.tensor(rows, device=t.device)) if t.dim() and t.size(0) == cells else t
+
+    checkpoint["state_dict"] = {
+        name: cut(t) if name.startswith("stack.") else t for name, t in checkpoint["state_dict"].items()
+    }
+    checkpoint["optimizer_states"] = apply_to_collection(checkpoint["optimizer_states"], torch.Tensor, cut)
+    checkpoint["lockstep"]["cells"] = [checkpoint["lockstep"]["cells"][r] for r in rows]

@@ -11,8 +11,9 @@ Each cell keeps its own Hydra job — folder, ``.hydra/``, ``cell.json``, ``part
 ended after it (``member_job.close_member``). A cell that cannot be set up, or diverges, fails alone; a
 group whose fit raises fails its own cells only. The group's ``last.ckpt`` lives in
 ``<sweep>/lockstep/<group>/``: an interrupted group's cells record the interruption, and a rerun of
-the sweep forms the same group and resumes it there (a cell with a ``last.ckpt`` of its own
-resumes alone).
+the sweep forms the same group and resumes it there — or, when some of its cells ended before the
+interruption, the rest resume there as a group of their own (``fit.group_folder``); a cell with a
+``last.ckpt`` of its own resumes alone.
 """
 
 from __future__ import annotations
@@ -104,27 +105,6 @@ class LockstepTasks:
         returns = self._run_group(list(task))
         return [returns[job.index] for job in task]
 
-    def refusal(self, members: list[Member]) -> str | None:
-        """Why these cells (set up) train alone: their family's reason, different batches per
-        epoch (a regime that resamples each partition differently), or a CPU where their encoder
-        is too large for stacking to pay (``cpu_max_hidden``)."""
-        member, module = members[0], members[0].run.module
-        why = module.lockstep_refusal()
-        batches = sorted({len(m.run.datamodule.train_dataloader()) for m in members})
-        if why is None and len(batches) > 1:
-            why = f"their partitions make different numbers of batches per epoch ({batches})"
-        for split in ("dev", "test"):
-            first = member.run.datamodule.sentences_of(split)
-            if why is None and any(m.run.datamodule.sentences_of(split) != first for m in members[1:]):
-                why = f"their {split} sets differ (a group reads one {split} set for every cell)"
-        hidden = module.encoder.hidden_size
-        if why is None and member.run.trainer.strategy.root_device.type == "cpu" and hidden > self.cpu_max_hidden:
-            why = (
-                f"on a CPU an encoder of hidden size {hidden} trains slower stacked than alone (compute-bound; "
-                f"docs/benchmarks.md): raise hydra.launcher.cpu_max_hidden above it to group anyway"
-            )
-        return why
-
     def _job(self, job: Job, task: Callable[[DictConfig], object]) -> JobReturn:
         """``task`` run as the cell's Hydra job (its folder, ``.hydra/``, log file, HydraConfig)."""
         return run_job(
@@ -142,8 +122,9 @@ class LockstepTasks:
             return JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=err)
 
     def _run_group(self, group: list[Job]) -> dict[int, JobReturn]:
-        from ner_lightning.lockstep.fit import group_sha256
+        from ner_lightning.lockstep.fit import group_folder
         from ner_lightning.lockstep.member_job import open_member
+        from ner_lightning.lockstep.members import setup_refusal
 
         returns, members = {}, []
         for job in group:
@@ -164,13 +145,14 @@ class LockstepTasks:
                 if exit_code(ret._return_value) is not None:
                     raise SystemExit(exit_code(ret._return_value))
         ready = [m for _, m in members if m.resume is None]
-        refused = self.refusal(ready) if ready else None
-        if refused:
+        refused = setup_refusal(ready, self.cpu_max_hidden) if ready else "no cell to group"
+        if refused and ready:
             log.info("these %d cells run alone: %s", len(ready), refused)
-        folder = None
-        if not refused and len(ready) > 1:
-            folder = Path(self.sweep_dir) / "lockstep" / group_sha256(ready)[:16]
-            self._fit(ready, [job for job, m in members if m.resume is None], folder)
+        folder, rows = group_folder(Path(self.sweep_dir) / "lockstep", ready) if ready else (None, None)
+        if folder is not None and not refused and (len(ready) > 1 or rows is not None):
+            self._fit(ready, [job for job, m in members if m.resume is None], folder, rows)
+        else:
+            folder = None
         stop = None
         for job, member in members:
             try:
@@ -189,8 +171,9 @@ class LockstepTasks:
         return returns
 
     @staticmethod
-    def _fit(members: list[Member], jobs: list[Job], folder: Path) -> None:
-        """The group's fit; its seconds shared out to its cells; an error stops every cell of it."""
+    def _fit(members: list[Member], jobs: list[Job], folder: Path, rows: list[int] | None) -> None:
+        """The group's fit (``rows``: theirs in an earlier group's checkpoint); its seconds shared
+        out to its cells; an error stops every cell of it."""
         from ner_lightning.lockstep.fit import fit_group, group_sha256
 
         names = [" ".join(filter_overrides(job.overrides)) for job in jobs]
@@ -207,7 +190,7 @@ class LockstepTasks:
         started = time.time()
         try:
             with interrupts_raised():
-                fit_group(members, folder)
+                fit_group(members, folder, rows)
         except BaseException as err:  # noqa: BLE001 — the group's cells record it; other groups go on
             log.error("the lockstep group (%s) stopped: %s: %s", "; ".join(names), type(err).__name__, err)
             for member in members:

@@ -1,5 +1,6 @@
-"""A lockstep group's cells before and after its fit: who each is (:class:`Member`) and which
-configs can train in a group at all (:func:`config_refusal`)."""
+"""A lockstep group's cells before and after its fit: who each is (:class:`Member`), which configs
+can train in a group at all (:func:`config_refusal`) and which set-up cells can train together
+(:func:`setup_refusal`)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,26 @@ def checkpoint_refusal(cfg: DictConfig) -> str | None:
     if ((cfg.get("logger") or {}).get("wandb") or {}).get("log_model"):
         return "logger.wandb.log_model: a group's cells do not upload their checkpoints to W&B"
     return None
+
+
+def setup_refusal(members: list[Member], cpu_max_hidden: int) -> str | None:
+    """Why these cells, set up, train alone (None: they form a group): their family's reason,
+    different batches per epoch (a regime that resamples each partition differently), different
+    dev or test sets, or a CPU where their encoder is too large for stacking to pay
+    (``hydra.launcher.cpu_max_hidden``)."""
+    member, module = members[0], members[0].run.module
+    why = module.lockstep_refusal()
+    batches = sorted({len(m.run.datamodule.train_dataloader()) for m in members})
+    if why is None and len(batches) > 1:
+        why = f"their partitions make different numbers of batches per epoch ({batches})"
+    for split in ("dev", "test"):
+        first = member.run.datamodule.sentences_of(split)
+        if why is None and any(m.run.datamodule.sentences_of(split) != first for m in members[1:]):
+            why = f"their {split} sets differ (a group reads one {split} set for every cell)"
+    hidden = module.encoder.hidden_size
+    if why is None and member.run.trainer.strategy.root_device.type == "cpu" and hidden > cpu_max_hidden:
+        why = (
+            f"on a CPU an encoder of hidden size {hidden} trains slower stacked than alone (compute-bound; "
+            f"docs/benchmarks.md): raise hydra.launcher.cpu_max_hidden above it to group anyway"
+        )
+    return why
