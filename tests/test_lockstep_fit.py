@@ -64,6 +64,7 @@ def test_a_group_killed_mid_fit_resumes_and_each_cell_ends_as_uninterrupted(toy_
         rerun_epochs = _epochs_logged(result["_dir"] / "csv" / "metrics.csv")
         assert rerun_epochs and 0 not in rerun_epochs, rerun_epochs
         assert len(rerun_epochs) < result["epochs"] == max(rerun_epochs) + 1
+        print(f"partition {partition}: the rerun trained {len(rerun_epochs)} of its {result['epochs']} epochs")
     assert not (sweep / "lockstep").exists()  # every cell ended: the group's checkpoint is gone
 
 
