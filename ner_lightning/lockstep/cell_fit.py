@@ -58,6 +58,7 @@ class CellFit:
     steps: int = 0  # optimiser steps it took
     best_value: float | None = None
     held: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # selected weights not yet written
+    selected: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # this attempt's selection, kept
     view: CellTrainer | None = field(default=None, repr=False)  # its callbacks' trainer (attach)
 
     @classmethod
@@ -174,7 +175,7 @@ class CellFit:
                 better = best is None or (value < best if self.selection.mode == "min" else value > best)
             if better:
                 self.best_value = value
-                self.held = self.saved(state)
+                self.held = self.selected = self.saved(state)
         history = self.module.history
         mode = self.selection.mode if self.selection is not None else "max"
         if self.writer is not None and (monitor is None or best_epoch(history, monitor, mode) is history[-1]):
@@ -232,10 +233,11 @@ class CellFit:
 
     def end_with_selected(self, final: dict[str, torch.Tensor]) -> None:
         """The fit ended: the cell's module takes the weights ``trainer.test(ckpt_path=best)`` would
-        test — its selection (held, or its ``best.ckpt`` from an earlier attempt) or, having
-        selected nothing, ``final`` (its latest weights in the stack) — and what it holds is written."""
-        if self.selection is not None and self.held is not None:
-            weights = self.held
+        test — its selection (kept in memory: its ``best.ckpt`` may still be in the writer's queue;
+        or the ``best.ckpt`` an earlier attempt wrote) or, having selected nothing, ``final`` (its
+        latest weights in the stack) — and what it holds is written."""
+        if self.selection is not None and self.selected is not None:
+            weights = self.selected
         elif self.selection is not None and self.member.checkpoint is not None:
             weights = read_tensors(self.member.checkpoint)["state_dict"]
         else:

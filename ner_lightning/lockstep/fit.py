@@ -148,7 +148,7 @@ def fit_group(members: list[Member], folder: Path, rows: list[int] | None = None
             val_dataloaders=members[0].run.datamodule.val_dataloader(),
             ckpt_path=str(resume) if resume else None,
         )
-    if last.is_file():  # what resuming costs the group, per cell
+    if last.is_file() and rows is None:  # what resuming costs the group, per cell
         for m in members:
             m.run.lockstep = {
                 **(m.run.lockstep or {}),
