@@ -361,6 +361,28 @@ def test_a_diverging_cell_stops_alone_and_its_group_goes_on(toy_cfg, tmp_path):
     assert members[0].checkpoint is not None
 
 
+def test_a_checkpoint_the_background_writer_could_not_write_stops_the_group(toy_cfg, tmp_path, monkeypatch):
+    """The group writes its cells' best.ckpt on a background thread (Lightning's AsyncCheckpointIO):
+    a write that fails stops the fit with its error, also when it is the fit's last write (raised
+    when the writer is torn down), so no cell ends with a result whose checkpoint is not there (the
+    launcher records the error for each cell of the group; a rerun resumes them)."""
+    from ner_lightning.cell.steps import Cell, setup_cell
+    from ner_lightning.checkpoint_io import StreamingCheckpointIO
+    from ner_lightning.lockstep.fit import fit_group
+    from ner_lightning.lockstep.members import Member
+
+    def refuse(self, checkpoint, path, storage_options=None):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(StreamingCheckpointIO, "save_checkpoint", refuse)
+    for n in (2, 1):  # a later write raises an earlier one's error; a lone last write, the writer's teardown
+        cfgs = [toy_cfg(f"partition={p}", "callbacks.last_checkpoint=null", f"paths.output_dir={tmp_path / str(n) / str(p)}")
+                for p in range(n)]
+        members = [Member(cfg, Cell(f"cell {p}"), setup_cell(cfg, Cell(f"cell {p}"))) for p, cfg in enumerate(cfgs)]
+        with pytest.raises(OSError, match="No space left on device.*best.ckpt"):
+            fit_group(members, tmp_path / f"group{n}")
+
+
 @pytest.mark.parametrize("override, named", [
     ("callbacks.model_checkpoint.save_top_k=3", "callbacks.model_checkpoint.save_top_k=3"),
     ("callbacks.model_checkpoint.filename='best-{epoch}'", "callbacks.model_checkpoint.filename=best-{epoch}"),
