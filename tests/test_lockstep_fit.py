@@ -16,6 +16,22 @@ from tests.test_sweep import TOY, run_cli
 WANDB = [sys.executable, "-m", "wandb"]
 
 
+def _killed_sweep(sweep, partitions: str, extra: list[str], until: str, tmp_path, toy_data_dir) -> list[str]:
+    """A lockstep sweep of ``partitions`` into ``sweep``, SIGKILLed as soon as a file matching
+    ``until`` is there (or after 600 s); its command line, to run again."""
+    args = ["-m", f"partition={partitions}", *TOY, "trainer.max_epochs=3", "trainer.min_epochs=3", *NO_DROPOUT,
+            "hydra/launcher=lockstep", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", *extra]
+    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true")
+    proc = subprocess.Popen([sys.executable, "-m", "ner_lightning.run", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not list(sweep.glob(until)) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return args
+
+
 def _same_results(a: dict, b: dict) -> None:
     """What a cell's results.json says of its experiment (not of its attempts or time)."""
     for key in ("best_epoch", "epochs", "global_steps", "dev_monitor", "compute"):
@@ -33,16 +49,7 @@ def test_a_group_killed_mid_fit_resumes_and_each_cell_ends_as_uninterrupted(toy_
     whole = _sweep("lockstep", tmp_path, toy_data_dir, *extra)
 
     sweep = tmp_path / "killed"
-    args = ["-m", "partition=0,1,2", *TOY, "trainer.max_epochs=3", "trainer.min_epochs=3", *NO_DROPOUT,
-            "hydra/launcher=lockstep", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", *extra]
-    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true")
-    proc = subprocess.Popen([sys.executable, "-m", "ner_lightning.run", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while not list(sweep.glob("lockstep/*/last.ckpt")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    args = _killed_sweep(sweep, "0,1,2", extra, "lockstep/*/last.ckpt", tmp_path, toy_data_dir)
     assert list(sweep.glob("lockstep/*/last.ckpt")), "the group never wrote its last.ckpt"
     assert not list(sweep.glob("*/results.json")), "the sweep ended before it was killed"
 
@@ -86,16 +93,7 @@ def test_a_group_killed_while_its_cells_close_resumes_the_rest_from_its_checkpoi
     whole = _sweep("lockstep", tmp_path, toy_data_dir, *extra, partitions=partitions)
 
     sweep = tmp_path / "killed"
-    args = ["-m", f"partition={partitions}", *TOY, "trainer.max_epochs=3", "trainer.min_epochs=3", *NO_DROPOUT,
-            "hydra/launcher=lockstep", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", *extra]
-    env = dict(os.environ, NER_DATA_DIR=str(toy_data_dir), WANDB_MODE="offline", WANDB_SILENT="true")
-    proc = subprocess.Popen([sys.executable, "-m", "ner_lightning.run", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 600
-    while not list(sweep.glob("*/results.json")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.005)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    args = _killed_sweep(sweep, partitions, extra, "*/results.json", tmp_path, toy_data_dir)
     closed = {json.loads(p.read_text())["partition"]["partition"] for p in sweep.glob("*/results.json")}
     assert 1 <= len(closed) < 8, f"killed with {len(closed)} of 8 cells closed"
 

@@ -57,8 +57,8 @@ class CellFit:
     epochs: int = 0  # epochs it trained
     steps: int = 0  # optimiser steps it took
     best_value: float | None = None
-    held: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # selected weights not yet written
     selected: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # this attempt's selection, kept
+    unwritten: bool = False  # the selection is not on disk yet
     view: CellTrainer | None = field(default=None, repr=False)  # its callbacks' trainer (attach)
 
     @classmethod
@@ -175,7 +175,7 @@ class CellFit:
                 better = best is None or (value < best if self.selection.mode == "min" else value > best)
             if better:
                 self.best_value = value
-                self.held = self.selected = self.saved(state)
+                self.selected, self.unwritten = self.saved(state), True
         history = self.module.history
         mode = self.selection.mode if self.selection is not None else "max"
         if self.writer is not None and (monitor is None or best_epoch(history, monitor, mode) is history[-1]):
@@ -217,18 +217,18 @@ class CellFit:
         if self.writer is not None:
             self.writer.write_held(self.member.run.datamodule)
         path = self.best_path()
-        if self.held is None or path is None:
+        if not self.unwritten or self.selected is None or path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         checkpoint = {
             "epoch": self.module.history[-1]["epoch"] if self.module.history else 0,
             "global_step": self.steps,
             "pytorch-lightning_version": pl.__version__,
-            "state_dict": {n: t.cpu() for n, t in self.held.items()},
+            "state_dict": {n: t.cpu() for n, t in self.selected.items()},
         }
         trainer = self.view.group if self.view is not None else self.member.run.trainer  # the group's writer thread
         trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, path)
-        self.held = None
+        self.unwritten = False
         self.member.checkpoint = str(path)
 
     def end_with_selected(self, final: dict[str, torch.Tensor]) -> None:

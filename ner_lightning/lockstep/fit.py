@@ -150,10 +150,8 @@ def fit_group(members: list[Member], folder: Path, rows: list[int] | None = None
         )
     if last.is_file() and rows is None:  # what resuming costs the group, per cell
         for m in members:
-            m.run.lockstep = {
-                **(m.run.lockstep or {}),
-                "resume_checkpoint_mb": round(last.stat().st_size / 1e6 / len(members), 1),
-            }
+            if m.run.lockstep is not None:
+                m.run.lockstep["resume_checkpoint_mb"] = round(last.stat().st_size / 1e6 / len(members), 1)
     if bool(cfg.evaluate_test) and module.tested_cells():
         with PROCESS.phase("test"):  # every cell's selected weights in one stacked pass
             trainer.test(module, dataloaders=members[0].run.datamodule.test_dataloader(), verbose=False)

@@ -34,6 +34,7 @@ from ner_lightning.clock import PROCESS
 from ner_lightning.lockstep.cell_fit import CellFit
 from ner_lightning.lockstep.stacking import FrozenRows, StackedCells, stack_batches
 from ner_lightning.models.base import MIXED_PRECISION
+from ner_lightning.models.evaluation import SPLIT_OF_STAGE, batches_limited
 from ner_lightning.models.word_grid import layout_of
 from ner_lightning.span_counts import PredictedTags
 
@@ -154,9 +155,8 @@ class LockstepModule(pl.LightningModule):
         if self.trainer.sanity_checking or not collected:
             return
         epochs_done = None if self._at_last_batch else self.current_epoch  # mid-epoch: the epochs behind it
-        limited = bool(self.trainer.fast_dev_run) or self.trainer.limit_val_batches != 1.0  # type: ignore[attr-defined]
         stack = self.stacked()
-        for k, scores, predicted in self._scored(collected, "dev", limited):
+        for k, scores, predicted in self._scored(collected, "val"):
             self.cells[k].evaluated(scores, predicted, self.current_epoch, stack.cell_state(k), epochs_done)
         if not self.training_cells():
             self.trainer.should_stop = True
@@ -169,14 +169,14 @@ class LockstepModule(pl.LightningModule):
             dtype = self._autocast_dtype(self.eval_precision or self.trainer.precision)
             return stack.family.decode_scores(stack.scores(batch, cells, dtype))
 
-    def _scored(self, collected: list, split: str, limited: bool) -> list[tuple[int, dict, PredictedTags]]:
-        """Each cell's span scores and tags of ``split`` from the stacked decoded batches: the tags
-        laid out as the split's words and counted against its gold spans on the device
-        (``span_counts``), one host copy of the counts for the whole group."""
+    def _scored(self, collected: list, stage: str) -> list[tuple[int, dict, PredictedTags]]:
+        """Each cell's span scores and tags of the ``stage``'s split from the stacked decoded
+        batches: the tags laid out as the split's words and counted against its gold spans on the
+        device (``span_counts``), one host copy of the counts for the whole group."""
         first = self.cells[0]
         dm = first.member.run.datamodule
-        counter = first.module.split_counter(dm, split, dm.corpus_names[0], self.device)
-        stage = "val" if split == "dev" else split
+        counter = first.module.split_counter(dm, SPLIT_OF_STAGE[stage], dm.corpus_names[0], self.device)
+        limited = batches_limited(self.trainer, stage)
         placed = first.module.placed_tags([(ids, layout) for ids, layout, _ in collected], counter, 0, stage, limited)
         counts = counter.counts(placed.tags, placed.counted).cpu().numpy()
         return [
@@ -214,8 +214,7 @@ class LockstepModule(pl.LightningModule):
             self.cells[k].test_hook("on_test_epoch_end")
         if not collected:
             return
-        limited = bool(self.trainer.fast_dev_run) or self.trainer.limit_test_batches != 1.0  # type: ignore[attr-defined]
-        for k, scores, predicted in self._scored(collected, "test", limited):
+        for k, scores, predicted in self._scored(collected, "test"):
             self.cells[k].tested(scores, predicted)
 
     def on_test_end(self) -> None:

@@ -25,6 +25,14 @@ from ner_lightning.span_counts import PlacedWords, PredictedTags, SplitCounter, 
 SPLIT_OF_STAGE = {"val": "dev", "test": "test"}
 
 
+def batches_limited(trainer: pl.Trainer, stage: str) -> bool:
+    """Whether Lightning evaluated only some batches of the stage (``fast_dev_run``,
+    ``limit_val_batches`` / ``limit_test_batches`` below 1.0)."""
+    limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
+    # Lightning's connectors set Trainer.fast_dev_run at run time; the class does not declare it.
+    return bool(trainer.fast_dev_run) or limit != 1.0  # type: ignore[attr-defined]
+
+
 class SpanEvaluation(pl.LightningModule):
     """Lightning's validation and test hooks of a family: collect, reassemble, score, log."""
 
@@ -153,11 +161,7 @@ class SpanEvaluation(pl.LightningModule):
         return flat
 
     def _batches_limited(self, stage: str) -> bool:
-        """Whether Lightning evaluated only some batches of the stage (``fast_dev_run``,
-        ``limit_val_batches`` / ``limit_test_batches`` below 1.0)."""
-        limit = self.trainer.limit_val_batches if stage == "val" else self.trainer.limit_test_batches
-        # Lightning's connectors set Trainer.fast_dev_run at run time; the class does not declare it.
-        return bool(self.trainer.fast_dev_run) or limit != 1.0  # type: ignore[attr-defined]
+        return batches_limited(self.trainer, stage)
 
     def id2label_of(self, corpus: str) -> dict[int, str]:
         """Label names of a corpus's head (only ``HeadModule`` families have auxiliary corpora)."""

@@ -119,7 +119,7 @@ def assign(cfg, launcher_cfg, sweep_dir: str) -> dict:
         return describe(cfg)
     slot = claim_slot(Path(sweep_dir) / ".slots", n_jobs)
     per_gpu = launcher_cfg.get("cells_per_gpu", launcher_cfg.get("groups_per_gpu", 1))  # parallel / lockstep
-    per_gpu = per_gpu or auto_jobs(n_jobs, None)[1]  # auto's default
+    per_gpu = per_gpu or default_cells_per_gpu()  # auto's default (cells_per_gpu: null)
     device = device_for_slot(slot, gpu_count(), n_jobs, os.cpu_count() or 1, int(per_gpu))
     if device["accelerator"] == "gpu":
         with open_dict(cfg):
