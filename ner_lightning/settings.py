@@ -76,16 +76,17 @@ def register() -> None:
 
 
 def run_settings(cfg: DictConfig) -> RunSettings:
-    """The run settings of a composed config, each resolved against the whole config."""
-    values = {}
+    """The run settings of a composed config, each resolved against the whole config. The config
+    was composed over the schema (``register``), so its declared keys are typed already: the
+    settings are built from their values directly (no second merge; several calls per cell)."""
+    values: dict[str, Any] = {}
     for f in fields(RunSettings):
         node = cfg[f.name]
         values[f.name] = (
             OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig | ListConfig) else node
         )
-    settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunSettings), values))
-    assert isinstance(settings, RunSettings)
-    return settings
+    values["paths"], values["runtime"] = PathSettings(**values["paths"]), RuntimeSettings(**values["runtime"])
+    return RunSettings(**values)
 
 
 def as_dict(node: DictConfig, *, resolve: bool, throw_on_missing: bool = False) -> dict[str, Any]:

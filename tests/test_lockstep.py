@@ -361,6 +361,49 @@ def test_a_diverging_cell_stops_alone_and_its_group_goes_on(toy_cfg, tmp_path):
     assert members[0].checkpoint is not None
 
 
+def test_a_grouped_cell_keeps_the_checkpoints_its_own_model_checkpoint_keeps_alone(toy_cfg, tmp_path):
+    """The group drives each cell's ModelCheckpoint through its hooks: with ``save_top_k=2``, a
+    filename template and ``every_n_epochs=2`` a cell keeps the files, the ranking and the best
+    weights it keeps when it trains alone (its own Trainer)."""
+    from pathlib import Path
+
+    from ner_lightning.callbacks.checkpointing import selecting_checkpoint
+    from ner_lightning.cell.steps import Cell, setup_cell
+    from ner_lightning.export.folder import read_tensors
+    from ner_lightning.lockstep.fit import fit_group
+    from ner_lightning.lockstep.members import Member, config_refusal
+
+    rules = ["callbacks.model_checkpoint.save_top_k=2", "callbacks.model_checkpoint.filename='best-{epoch}'",
+             "+callbacks.model_checkpoint.every_n_epochs=2"]
+    extra = [*NO_DROPOUT, "data.batch_size=2", "trainer.max_epochs=9", "trainer.min_epochs=9", "optimizer.lr=1e-2",
+             "callbacks.early_stopping=null", "callbacks.last_checkpoint=null", *rules]
+
+    def kept(trainer, folder: Path):
+        ckpt = selecting_checkpoint(trainer)
+        ranking = {Path(path).name: float(score) for path, score in ckpt.best_k_models.items()}
+        files = sorted(f.name for f in (folder / "checkpoints").iterdir())
+        return files, Path(ckpt.best_model_path).name, ranking, read_tensors(ckpt.best_model_path)["state_dict"]
+
+    alone, members = {}, []
+    for p in range(2):
+        folder = tmp_path / "alone" / str(p)
+        cfg = toy_cfg(f"partition={p}", f"paths.output_dir={folder}", *extra)
+        assert config_refusal(cfg) is None  # a group takes the cell
+        run = setup_cell(cfg, Cell(f"cell {p}"))
+        run.trainer.fit(run.module, datamodule=run.datamodule)
+        alone[p] = kept(run.trainer, folder)
+        cfg = toy_cfg(f"partition={p}", f"paths.output_dir={tmp_path / 'grouped' / str(p)}", *extra)
+        members.append(Member(cfg, Cell(f"cell {p}"), setup_cell(cfg, Cell(f"cell {p}"))))
+    fit_group(members, tmp_path / "group")
+    for p, member in enumerate(members):
+        files, best, ranking, weights = kept(member.run.trainer, tmp_path / "grouped" / str(p))
+        a_files, a_best, a_ranking, a_weights = alone[p]
+        assert len(a_files) == 2 and all(int(f.removeprefix("best-").removesuffix(".ckpt")) % 2 == 1 for f in a_files)
+        assert (files, best) == (a_files, a_best) and ranking == pytest.approx(a_ranking, abs=1e-9)
+        assert member.checkpoint is not None and Path(member.checkpoint).name == best
+        assert max((weights[n] - a_weights[n]).abs().max().item() for n in a_weights) < 1e-3  # float rounding only
+
+
 def test_a_checkpoint_the_background_writer_could_not_write_stops_the_group(toy_cfg, tmp_path, monkeypatch):
     """The group writes its cells' best.ckpt on a background thread (Lightning's AsyncCheckpointIO):
     a write that fails stops the fit with its error, also when it is the fit's last write (raised
@@ -384,8 +427,9 @@ def test_a_checkpoint_the_background_writer_could_not_write_stops_the_group(toy_
 
 
 @pytest.mark.parametrize("override, named", [
-    ("callbacks.model_checkpoint.save_top_k=3", "callbacks.model_checkpoint.save_top_k=3"),
-    ("callbacks.model_checkpoint.filename='best-{epoch}'", "callbacks.model_checkpoint.filename=best-{epoch}"),
+    ("callbacks.model_checkpoint.save_top_k=3", None),
+    ("callbacks.model_checkpoint.filename='best-{epoch}'", None),
+    ("+callbacks.model_checkpoint.every_n_epochs=2 +callbacks.model_checkpoint.save_on_train_epoch_end=true", None),
     ("callbacks.model_checkpoint.save_last=true", "callbacks.model_checkpoint.save_last=True"),
     ("callbacks.model_checkpoint.save_weights_only=false", "callbacks.model_checkpoint.save_weights_only=False"),
     ("+callbacks.model_checkpoint.every_n_train_steps=5", "callbacks.model_checkpoint.every_n_train_steps=5"),
@@ -394,8 +438,9 @@ def test_a_checkpoint_the_background_writer_could_not_write_stops_the_group(toy_
     ("callbacks.early_stopping.patience=1 callbacks.early_stopping.min_delta=0.01", None),
 ])
 def test_a_checkpoint_setting_a_group_cannot_honour_runs_the_cell_alone_naming_it(toy_cfg, override, named):
-    """Each cell's EarlyStopping runs as its own (any setting); of its ModelCheckpoint a group
-    honours one best.ckpt of the weights at a fixed name, selected at each dev evaluation."""
+    """Each cell's EarlyStopping and ModelCheckpoint run as its own; a ModelCheckpoint setting a
+    group cannot honour (its own last.ckpt, full-state files, saves between dev evaluations) is
+    refused by name."""
     from ner_lightning.lockstep.members import config_refusal
 
     why = config_refusal(toy_cfg(*override.split()))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from typing import Protocol, runtime_checkable
 from weakref import WeakKeyDictionary, proxy
 
 import pytorch_lightning as pl
@@ -15,9 +16,18 @@ HOLDING: WeakKeyDictionary = WeakKeyDictionary()  # trainer -> the BestCheckpoin
 
 
 def selecting_checkpoint(trainer: pl.Trainer) -> ModelCheckpoint | None:
-    """The Trainer's checkpoint callback that selects the weights a cell tests, if any."""
-    ckpt = trainer.checkpoint_callback
-    return ckpt if isinstance(ckpt, ModelCheckpoint) else None
+    """The Trainer's checkpoint callback that selects the weights a cell tests, if any (never the
+    resume checkpoint: without a selecting one, the cell tests its final weights)."""
+    selecting = [c for c in trainer.checkpoint_callbacks if not isinstance(c, ResumeCheckpoint)]
+    return next((c for c in selecting if isinstance(c, ModelCheckpoint)), None)
+
+
+@runtime_checkable
+class CheckpointSource(Protocol):
+    """A trainer that makes its model's checkpoint itself (a lockstep cell's view of its group's
+    Trainer, ``lockstep.cell_trainer``): what ``Trainer.save_checkpoint`` would write."""
+
+    def dump_checkpoint(self, weights_only: bool) -> dict: ...
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -31,7 +41,7 @@ class BestCheckpoint(ModelCheckpoint):
     def __init__(self, hold: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.hold = bool(hold)
-        self._held: tuple[str, dict] | None = None
+        self.held: dict[str, dict] = {}  # file -> its checkpoint (a copy), not on disk yet
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
@@ -42,18 +52,28 @@ class BestCheckpoint(ModelCheckpoint):
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         if not self.hold:
             return super()._save_checkpoint(trainer, filepath)
-        checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)  # as Trainer.save_checkpoint
-        self._held = (filepath, apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().clone()))
+        if isinstance(trainer, CheckpointSource):
+            checkpoint = trainer.dump_checkpoint(self.save_weights_only)
+        else:
+            # as Trainer.save_checkpoint makes it
+            checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)
+        self.held[filepath] = apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().clone())
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
 
+    def _remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        """A checkpoint that leaves the top ``save_top_k``: forgotten if it is still held, else
+        removed from the disk."""
+        if self.held.pop(filepath, None) is None:
+            super()._remove_checkpoint(trainer, filepath)
+
     def write_held(self, trainer: pl.Trainer) -> None:
-        """Write the checkpoint held in memory, if any."""
-        if self._held is None:
+        """Write the checkpoints held in memory, if any, in the order they were made."""
+        if not self.held:
             return
-        filepath, checkpoint = self._held
-        trainer.strategy.save_checkpoint(checkpoint, filepath)
-        self._held = None
+        held, self.held = self.held, {}
+        for filepath, checkpoint in held.items():
+            trainer.strategy.save_checkpoint(checkpoint, filepath)
         for logger in trainer.loggers:
             logger.after_save_checkpoint(proxy(self))
 

@@ -25,8 +25,10 @@ import json
 import logging
 from pathlib import Path
 
+import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import LambdaCallback
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.plugins.io import AsyncCheckpointIO
 from pytorch_lightning.utilities import CombinedLoader
@@ -68,11 +70,11 @@ def group_folder(root: Path, members: list[Member]) -> tuple[Path, list[int] | N
     return root / group_sha256(members)[:16], None
 
 
-def _group_trainer(cfg: DictConfig, folder: Path):
-    """The cells' Trainer config for the group: its resume checkpoint, no logger, clipping per cell
-    (the module's)."""
+def _group_trainer(cfg: DictConfig, folder: Path, callbacks: list[pl.Callback]):
+    """The cells' Trainer config for the group: ``callbacks``, its resume checkpoint, no logger,
+    clipping per cell (the module's)."""
     last = (cfg.get("callbacks") or {}).get("last_checkpoint")
-    callbacks = []
+    callbacks = list(callbacks)
     if last is not None:
         callbacks.append(
             ResumeCheckpoint(
@@ -87,7 +89,7 @@ def _group_trainer(cfg: DictConfig, folder: Path):
     own = cfg.copy()  # the cell's config, its interpolations intact, with the group's folder
     own.trainer.default_root_dir = str(folder)
     trainer = instantiate_trainer(
-        own, callbacks=callbacks, logger=False, gradient_clip_val=None, enable_checkpointing=bool(callbacks)
+        own, callbacks=callbacks, logger=False, gradient_clip_val=None, enable_checkpointing=last is not None
     )
     # the cells' best.ckpt and the group's last.ckpt written in that order by one background thread
     # (Lightning's AsyncCheckpointIO, over the cells' own CheckpointIO); the fit's end waits for them
@@ -118,7 +120,10 @@ def fit_group(members: list[Member], folder: Path, rows: list[int] | None = None
     if len(n_batches) != 1:
         raise ValueError(f"the group's cells have different batches per epoch ({sorted(n_batches)})")
     folder.mkdir(parents=True, exist_ok=True)
-    trainer, resumable = _group_trainer(cfg, folder)
+    # the group's cells recorded once its checkpoint callback has looked at the (empty) folder
+    cells_json = {"cells": _identities(members)}
+    record = LambdaCallback(on_fit_start=lambda *_: write_json_atomic(folder / "cells.json", cells_json))
+    trainer, resumable = _group_trainer(cfg, folder, [] if rows is not None else [record])
     min_epochs = int(cfg.trainer.get("min_epochs") or 0)
     cells = [CellFit.of(m, min_epochs) for m in members]
     eval_precision = OmegaConf.select(cfg, "callbacks.eval_precision.precision")
@@ -128,8 +133,6 @@ def fit_group(members: list[Member], folder: Path, rows: list[int] | None = None
     if resume is not None:
         log.info("lockstep group resumes from %s%s", resume, f" (its rows {rows})" if rows is not None else "")
         _keep_csv_history(members)
-    if rows is None:
-        write_json_atomic(folder / "cells.json", {"cells": _identities(members)})
     torch.manual_seed(int(group_sha256(members)[:15], 16))  # the group's dropout stream (module docstring)
     for m in members:
         m.cell.progress.follow(trainer)

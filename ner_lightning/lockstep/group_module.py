@@ -22,6 +22,7 @@ trained by Lightning's own fit loop.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import pytorch_lightning as pl
@@ -71,13 +72,15 @@ class LockstepModule(pl.LightningModule):
         then the stack."""
         if stage != "fit":  # the stacked test after the fit: the cells are attached and stacked
             return
-        for cell in self.cells:
-            cell.attach(self.trainer)
-        if self.stack is not None:
-            return
-        for cell in self.cells:
-            cell.module.fit_to_data(cell.member.run.datamodule)
-        self.stack = StackedCells([cell.module for cell in self.cells])
+        if self.stack is None:
+            for cell in self.cells:
+                cell.module.fit_to_data(cell.member.run.datamodule)
+            self.stack = StackedCells([cell.module for cell in self.cells])
+        for k, cell in enumerate(self.cells):
+            cell.attach(self.trainer, functools.partial(self._cell_state, k))
+
+    def _cell_state(self, k: int) -> dict[str, torch.Tensor]:
+        return self.stacked().cell_state(k)
 
     def stacked(self) -> StackedCells:
         if self.stack is None:
@@ -155,9 +158,8 @@ class LockstepModule(pl.LightningModule):
         if self.trainer.sanity_checking or not collected:
             return
         epochs_done = None if self._at_last_batch else self.current_epoch  # mid-epoch: the epochs behind it
-        stack = self.stacked()
         for k, scores, predicted in self._scored(collected, "val"):
-            self.cells[k].evaluated(scores, predicted, self.current_epoch, stack.cell_state(k), epochs_done)
+            self.cells[k].evaluated(scores, predicted, self.current_epoch, epochs_done)
         if not self.training_cells():
             self.trainer.should_stop = True
 
@@ -233,7 +235,7 @@ class LockstepModule(pl.LightningModule):
         """Every cell's held selection reaches the disk first (a ``best.ckpt`` never newer than the
         state a rerun resumes), then its state goes into the group's checkpoint."""
         for cell in self.cells:
-            cell.write_held()
+            cell.before_group_checkpoint(checkpoint)
         checkpoint["lockstep"] = {"cells": [cell.state_dict() for cell in self.cells], "rng": rng_states()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:

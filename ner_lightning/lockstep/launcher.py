@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.settings import as_dict
@@ -105,12 +105,17 @@ class LockstepTasks:
         returns = self._run_group(list(task))
         return [returns[job.index] for job in task]
 
-    def _job(self, job: Job, task: Callable[[DictConfig], object]) -> JobReturn:
-        """``task`` run as the cell's Hydra job (its folder, ``.hydra/``, log file, HydraConfig)."""
+    def _job(self, job: Job, task: Callable[[DictConfig], object], again: bool = False) -> JobReturn:
+        """``task`` run as the cell's Hydra job (its folder, ``.hydra/``, log file, HydraConfig);
+        ``again``: its second job (the close), whose ``.hydra/`` files its first one wrote."""
+        config = job.composed()
+        if again:
+            with read_write(config.hydra), open_dict(config.hydra):
+                config.hydra.output_subdir = None  # Hydra writes no .hydra/ files for the job
         return run_job(
             hydra_context=self.hydra_context,
             task_function=task,
-            config=job.composed(),
+            config=config,
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
         )
@@ -156,7 +161,7 @@ class LockstepTasks:
         stop = None
         for job, member in members:
             try:
-                returns[job.index] = self._job(job, _closing(member))
+                returns[job.index] = self._job(job, _closing(member), again=True)
             except SystemExit as interrupted:  # every cell of the group records it before the sweep stops
                 stop = interrupted.code
                 returns[job.index] = JobReturn(

@@ -67,17 +67,15 @@ def config_refusal(cfg: DictConfig) -> str | None:
     return checkpoint_refusal(cfg)
 
 
-# What a group honours of each cell's ModelCheckpoint (lockstep.cell_fit): one best.ckpt of the
-# weights at a fixed name, selected at each dev evaluation; any other setting runs the cell alone.
+# What a group cannot honour of a cell's ModelCheckpoint, which it drives through its own hooks at
+# the cell's dev evaluations and epoch ends (lockstep.cell_fit): save_top_k, every_n_epochs,
+# save_on_train_epoch_end and filename templates act as alone; these settings run the cell alone.
+AT_EVALUATIONS = "a group drives a cell's checkpoint at its dev evaluations and epoch ends only"
 CHECKPOINT_SETTINGS = {
-    "save_top_k": (lambda v: v == 1, "a group keeps one best.ckpt per cell (save_top_k=1)"),
-    "filename": (lambda v: v is None or "{" not in str(v), "a group names each cell's best.ckpt without a template"),
     "save_last": (lambda v: not v, "a group's resume checkpoint is its own last.ckpt"),
     "save_weights_only": (lambda v: v is None or bool(v), "a group writes each cell's weights only"),
-    "every_n_epochs": (lambda v: v in (None, 1), "a group selects at every dev evaluation"),
-    "every_n_train_steps": (lambda v: not v, "a group selects at dev evaluations only"),
-    "train_time_interval": (lambda v: v is None, "a group selects at dev evaluations only"),
-    "save_on_train_epoch_end": (lambda v: not v, "a group selects when dev is evaluated"),
+    "every_n_train_steps": (lambda v: not v, AT_EVALUATIONS),
+    "train_time_interval": (lambda v: v is None, AT_EVALUATIONS),
 }
 
 

@@ -48,6 +48,19 @@ def _load(what: str, loader, name: str, **kw):
         ) from err
 
 
+_TOKENIZERS: dict[tuple, object] = {}  # (name, options) -> the fast tokenizer loaded once per process
+
+
+def tokenizer_for(name: str, **options):
+    """The fast tokenizer of ``name``, loaded once per process: every cell of a sweep that runs in
+    one worker (or a lockstep group) uses the same files, and a tokenizer is only read (the
+    aligner passes its truncation settings with each call)."""
+    key = (name, tuple(sorted(options.items())))
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = _load("tokenizer", AutoTokenizer.from_pretrained, name, use_fast=True, **options)
+    return _TOKENIZERS[key]
+
+
 RANDOM_INIT_NAME = "tiny-random-bert"  # model.name_or_path of a randomly initialised encoder (conf/model/tiny.yaml)
 
 
@@ -135,7 +148,7 @@ class TransformerEncoder(nn.Module):
             )
         tok_name = tokenizer or name_or_path
         tok_kw = {"add_prefix_space": True} if add_prefix_space else {}
-        self.tokenizer = _load("tokenizer", AutoTokenizer.from_pretrained, tok_name, use_fast=True, **tok_kw)
+        self.tokenizer = tokenizer_for(tok_name, **tok_kw)
         if not getattr(self.tokenizer, "is_fast", False):
             raise EncoderLoadError(f"{tok_name!r} has no fast tokenizer; word alignment needs one")
         if random_init is not None:
