@@ -112,6 +112,33 @@ def test_a_group_killed_while_its_cells_close_resumes_the_rest_from_its_checkpoi
     assert not (sweep / "lockstep").exists()
 
 
+@pytest.mark.slow
+def test_the_last_cell_of_a_group_killed_while_closing_resumes_from_its_row(toy_data_dir, tmp_path):
+    """A group of two, SIGKILLed once its first cell has its results.json: the rerun's one cell
+    left resumes from its row of the killed group's last.ckpt (a group of one), trains none of its
+    epochs again, and ends as in the uninterrupted sweep."""
+    extra = [*SEVERAL, "trainer.max_epochs=6", "callbacks.last_checkpoint.min_interval_s=0"]
+    whole = _sweep("lockstep", tmp_path, toy_data_dir, *extra, partitions="0,1")
+    sweep = tmp_path / "killed"
+    args = _killed_sweep(sweep, "0,1", extra, "*/results.json", tmp_path, toy_data_dir)
+    closed = {json.loads(p.read_text())["partition"]["partition"] for p in sweep.glob("*/results.json")}
+    if len(closed) == 2:  # the kill reaches the sweep a few ms after the first close, the second takes ~0.2 s
+        pytest.skip("the sweep ended before it was killed: no cell was left to resume")
+    rerun = run_cli(args, tmp_path, toy_data_dir)
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, out[-3000:]
+    assert "(its rows [" in out
+    (left,) = {0, 1} - closed
+    for p in sweep.glob("*/results.json"):
+        result = json.loads(p.read_text())
+        if result["partition"]["partition"] == left:
+            _same_results(whole[left], result)
+            assert result["lockstep"]["cells"] == 1  # a group of one: its row of the killed group's state
+            rerun_epochs = _epochs_logged(p.parent / "csv" / "metrics.csv")
+            assert 0 not in rerun_epochs and len(rerun_epochs) < result["epochs"], rerun_epochs
+    assert len(list(sweep.glob("*/results.json"))) == 2 and not (sweep / "lockstep").exists()
+
+
 def _inspect(path) -> list[dict]:
     proc = subprocess.run([*WANDB, "leet", "inspect", "--json", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -269,8 +269,9 @@ def rows_of(checkpoint: dict, rows: list[int]) -> None:
     def cut(t: torch.Tensor) -> torch.Tensor:
         return t.index_select(0, torch.tensor(rows, device=t.device)) if t.dim() and t.size(0) == cells else t
 
+    stacked = ("stack.weights.", "stack.fixed.")  # not the template family's own weights (``stack.family.``)
     checkpoint["state_dict"] = {
-        name: cut(t) if name.startswith("stack.") else t for name, t in checkpoint["state_dict"].items()
+        name: cut(t) if name.startswith(stacked) else t for name, t in checkpoint["state_dict"].items()
     }
     checkpoint["optimizer_states"] = apply_to_collection(checkpoint["optimizer_states"], torch.Tensor, cut)
     checkpoint["lockstep"]["cells"] = [checkpoint["lockstep"]["cells"][r] for r in rows]

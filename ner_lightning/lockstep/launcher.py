@@ -100,7 +100,9 @@ class LockstepTasks:
     sweep_dir: str
 
     def __call__(self, task: Sequence[Job]) -> list[JobReturn]:
-        if len(task) == 1:
+        """A task's cells as a group; a lone cell alone — unless a killed group's record is in the
+        sweep's ``lockstep/`` folder: it may be that group's last cell, resumed from its rows."""
+        if len(task) == 1 and not any((Path(self.sweep_dir) / "lockstep").glob("*/cells.json")):
             return [self._isolated(task[0])]
         returns = self._run_group(list(task))
         return [returns[job.index] for job in task]
@@ -151,7 +153,7 @@ class LockstepTasks:
                     raise SystemExit(exit_code(ret._return_value))
         ready = [m for _, m in members if m.resume is None]
         refused = setup_refusal(ready, self.cpu_max_hidden) if ready else "no cell to group"
-        if refused and ready:
+        if refused and len(ready) > 1:
             log.info("these %d cells run alone: %s", len(ready), refused)
         folder, rows = group_folder(Path(self.sweep_dir) / "lockstep", ready) if ready else (None, None)
         if folder is not None and not refused and (len(ready) > 1 or rows is not None):
