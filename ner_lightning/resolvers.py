@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import root_dir
@@ -47,6 +47,7 @@ def register_resolvers() -> None:
         "folder_name": _folder_name,
         "cell_run_id": _cell_run_id,
         "sweep_name": _sweep_name,
+        "override_tags": _override_tags,
     }
     for name, resolver in resolvers.items():
         if not OmegaConf.has_resolver(name):
@@ -109,6 +110,16 @@ def _cell_run_id(output_dir: str) -> str:
     except (OSError, ValueError):
         identity = ""
     return hashlib.sha256(f"{Path(output_dir).resolve()}|{identity}".encode()).hexdigest()[:16]
+
+
+def _override_tags(overrides) -> ListConfig:
+    """``${override_tags:${hydra:overrides.task}}``: the cell's overrides as its W&B tags, a copy
+    of Hydra's read-only node: an override whose value is an interpolation
+    (``trainer.max_epochs=${trainer.min_epochs}``) is text there, which instantiating a logger would
+    try to resolve in place (a read-only error); in the copy it stays as written in the resolved
+    config and resolves to its value where a logger reads it."""
+    written = OmegaConf.to_container(overrides, resolve=False) if isinstance(overrides, ListConfig) else overrides
+    return OmegaConf.create([str(o).replace("${", "\\${") for o in written or []])
 
 
 def _sweep_cell(job_num) -> int:
