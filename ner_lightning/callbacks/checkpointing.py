@@ -32,8 +32,8 @@ class CheckpointSource(Protocol):
 
 class BestCheckpoint(ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` (``best.ckpt``: the weights selected on dev) whose writes
-    wait in memory, a copy of the checkpoint, until the resume checkpoint is written
-    (:class:`ResumeCheckpoint` writes the held one first) or training ends. Dev improves in most
+    wait in memory, a copy of each checkpoint still in its top ``save_top_k``, until the resume
+    checkpoint is written (:class:`ResumeCheckpoint` writes the held ones first) or training ends. Dev improves in most
     early epochs, and a write per improvement costs more than the copy. A crash loses only what
     the resume checkpoint would recompute anyway, and a rerun finds a ``best.ckpt`` that matches
     the state it resumes. ``hold: false`` = written at once, as Lightning does."""
