@@ -112,14 +112,20 @@ def _cell_run_id(output_dir: str) -> str:
     return hashlib.sha256(f"{Path(output_dir).resolve()}|{identity}".encode()).hexdigest()[:16]
 
 
-def _override_tags(overrides) -> ListConfig:
-    """``${override_tags:${hydra:overrides.task}}``: the cell's overrides as its W&B tags, a copy
-    of Hydra's read-only node: an override whose value is an interpolation
-    (``trainer.max_epochs=${trainer.min_epochs}``) is text there, which instantiating a logger would
-    try to resolve in place (a read-only error); in the copy it stays as written in the resolved
-    config and resolves to its value where a logger reads it."""
+def _override_tags(overrides, _root_) -> ListConfig:
+    """``${override_tags:${hydra:overrides.task}}``: the cell's overrides as its W&B tags, plain
+    text. An override whose value is an interpolation (``trainer.max_epochs=${trainer.min_epochs}``)
+    is tagged with the value its key took (``trainer.max_epochs=1``): as text in Hydra's read-only
+    node it would be resolved in place when a logger is instantiated (a read-only error)."""
     written = OmegaConf.to_container(overrides, resolve=False) if isinstance(overrides, ListConfig) else overrides
-    return OmegaConf.create([str(o).replace("${", "\\${") for o in written or []])
+    tags = []
+    for override in map(str, written or []):
+        key, sep, value = override.partition("=")
+        if "${" in value:
+            took = OmegaConf.select(_root_, key.lstrip("+~"), default=None)
+            value = str(took) if isinstance(took, str | int | float | bool) else value.replace("${", "$(")
+        tags.append(f"{key}{sep}{value}")
+    return OmegaConf.create(tags)
 
 
 def _sweep_cell(job_num) -> int:
