@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from ner_lightning.clock import PROCESS
 from ner_lightning.config import root_dir
@@ -122,7 +123,10 @@ def _override_tags(overrides, _root_) -> ListConfig:
     for override in map(str, written or []):
         key, sep, value = override.partition("=")
         if "${" in value:
-            took = OmegaConf.select(_root_, key.lstrip("+~"), default=None)
+            try:
+                took = OmegaConf.select(_root_, key.lstrip("+~"), default=None)
+            except OmegaConfBaseException:  # a key select cannot read (a group@package override)
+                took = None
             value = str(took) if isinstance(took, str | int | float | bool) else value.replace("${", "$(")
         tags.append(f"{key}{sep}{value}")
     return OmegaConf.create(tags)
