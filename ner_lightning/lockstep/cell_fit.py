@@ -81,10 +81,13 @@ class CellFit:
         )
         self.hook("setup", "fit")
 
-    def _trainer(self) -> pl.Trainer:
+    def _trainer_view(self) -> CellTrainer:
         if self.view is None:
             raise RuntimeError("the cell is not attached to its group's Trainer (CellFit.attach)")
-        return cast(pl.Trainer, self.view)
+        return self.view
+
+    def _trainer(self) -> pl.Trainer:
+        return cast(pl.Trainer, self._trainer_view())
 
     def hook(self, name: str, *args) -> None:
         """Lightning's ``name`` hook of the cell's driven callbacks on its own view of the trainer;
@@ -192,26 +195,30 @@ class CellFit:
             held.write_held(self._trainer())
         self.hook("on_save_checkpoint", checkpoint)
 
-    def selected_weights(self, final: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    @property
+    def best_path(self) -> str:
+        """Its checkpoint callback's ``best_model_path`` ("" when it selected nothing)."""
+        return self.selection.best_model_path if self.selection is not None else ""
+
+    def selected_weights(self) -> dict[str, torch.Tensor]:
         """The weights ``trainer.test(ckpt_path=best_model_path)`` would test: its selection's
         checkpoint — in memory while held or in the writer's queue, else the file an earlier attempt
-        wrote — or, having selected nothing, ``final`` (its latest weights in the stack)."""
-        path = self.selection.best_model_path if self.selection is not None else ""
+        wrote — or, having selected nothing, a copy of its latest weights in the stack."""
+        view = self._trainer_view()
+        path = self.best_path
         if not path:
-            kept = self.module.state_dict().keys()
-            return {n: t.detach().clone() for n, t in final.items() if n in kept}
+            return {n: t.detach().clone() for n, t in view.weights().items()}
         held = self.selection.held if isinstance(self.selection, BestCheckpoint) else {}
-        checkpoint = held.get(path) or (self.view.saved.get(path) if self.view is not None else None)
+        checkpoint = held.get(path) or view.saved.get(path)
         return (checkpoint or read_tensors(path))["state_dict"]
 
-    def end_with_selected(self, final: dict[str, torch.Tensor]) -> None:
+    def end_with_selected(self) -> None:
         """The fit ended: the cell's module takes its selected weights (:meth:`selected_weights`),
         then its callbacks' ``on_train_end`` write what they hold."""
-        weights = self.selected_weights(final)
+        weights = self.selected_weights()
         self.module.load_state_dict({n: t.cpu() for n, t in weights.items()})
         self.hook("on_train_end")
-        path = self.selection.best_model_path if self.selection is not None else ""
-        self.member.checkpoint = path or None
+        self.member.checkpoint = self.best_path or None
 
     def state_dict(self) -> dict:
         """What the group's ``last.ckpt`` keeps of this cell."""

@@ -62,7 +62,6 @@ class CellTrainer:
         self.group = group
         self.loggers = loggers
         self.datamodule = datamodule
-        self.checkpoint_callbacks = [selection] if selection is not None else []
         self.checkpoint_callback = selection
         self.weights = weights
         self.callback_metrics: dict[str, torch.Tensor] = {}
@@ -70,6 +69,10 @@ class CellTrainer:
         self.current_epoch = 0
         self.global_step = 0
         self.saved: dict[str, dict] = {}  # file -> the checkpoint saved there in this fit (a copy)
+
+    @property
+    def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
+        return [self.checkpoint_callback] if self.checkpoint_callback is not None else []
 
     def __getattr__(self, name: str):
         """What the cells share (:data:`SHARED`) is the group's own answer."""

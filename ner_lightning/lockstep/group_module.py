@@ -253,10 +253,10 @@ class LockstepModule(pl.LightningModule):
         """Each cell ends with the weights it tests in its module (its selection, also on disk; or,
         selecting nothing, its final weights)."""
         dtype = self.stacked().step_dtype
-        for k, cell in enumerate(self.cells):
+        for cell in self.cells:
             if cell.member.run.lockstep is not None and dtype is not None:  # what the stacked step ran in
                 cell.member.run.lockstep["step_dtype"] = str(dtype).removeprefix("torch.")
-            cell.end_with_selected(self.stacked().cell_state(k))
+            cell.end_with_selected()
             cell.member.position = (cell.epochs, cell.steps)
 
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import NamedTuple
@@ -48,17 +49,12 @@ def _load(what: str, loader, name: str, **kw):
         ) from err
 
 
-_TOKENIZERS: dict[tuple, object] = {}  # (name, options) -> the fast tokenizer loaded once per process
-
-
+@functools.cache
 def tokenizer_for(name: str, **options):
-    """The fast tokenizer of ``name``, loaded once per process: every cell of a sweep that runs in
-    one worker (or a lockstep group) uses the same files, and a tokenizer is only read (the
-    aligner passes its truncation settings with each call)."""
-    key = (name, tuple(sorted(options.items())))
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = _load("tokenizer", AutoTokenizer.from_pretrained, name, use_fast=True, **options)
-    return _TOKENIZERS[key]
+    """The fast tokenizer of ``name``, loaded once per process (a load that fails is not kept):
+    every cell of a sweep that runs in one worker (or a lockstep group) uses the same files, and a
+    tokenizer is only read (the aligner passes its truncation settings with each call)."""
+    return _load("tokenizer", AutoTokenizer.from_pretrained, name, use_fast=True, **options)
 
 
 RANDOM_INIT_NAME = "tiny-random-bert"  # model.name_or_path of a randomly initialised encoder (conf/model/tiny.yaml)
